@@ -1,0 +1,56 @@
+# The front door. `make run` starts the service on the embedded database;
+# `make test` runs the whole suite (SQLite and a throwaway PostgreSQL).
+GO        ?= go
+GOFLAGS   ?=
+STATICCHECK_VERSION ?= v0.8.2
+TEST_TIMEOUT ?= 20m
+
+.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres fuzz
+
+run:
+	$(GO) run ./cmd/voucherd
+
+build:
+	$(GO) build -o bin/voucherd ./cmd/voucherd
+
+## test: everything, on SQLite and PostgreSQL, with the race detector, after
+## checking that generated code and migrations are up to date.
+test: ensure-postgres check-generated
+	$(GO) vet ./...
+	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+## test-short: the suite without regenerating (for quick local loops).
+test-short: ensure-postgres
+	$(GO) test -count=1 ./...
+
+ensure-postgres:
+	@bash scripts/ensure-postgres.sh
+
+## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen.
+generate:
+	cd ent && $(GO) run -mod=mod entc.go
+	$(GO) run github.com/99designs/gqlgen generate
+
+## check-generated: regenerate and fail if anything committed was stale.
+check-generated: generate
+	@if [ -n "$$(git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations)" ]; then \
+		echo "generated code is stale: run 'make generate' (and 'make migration NAME=...') and commit:"; \
+		git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations; \
+		git --no-pager diff --stat -- ent graph; \
+		exit 1; \
+	fi
+
+## migration: write the next versioned migration from ent/schema, e.g. make migration NAME=add_widgets
+migration: ensure-postgres
+	$(GO) run ./cmd/migrategen -name $(NAME)
+
+lint:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) vet ./...
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+
+fuzz:
+	$(GO) test ./internal/money -run '^$$' -fuzz FuzzParse -fuzztime 30s
+
+bench: ensure-postgres
+	@echo "make bench: the benchmark harness is not built yet (see issue 8)"; exit 1

@@ -1,0 +1,89 @@
+// Command voucherd runs the payment voucher service: REST under /api/v1,
+// GraphQL (with websocket subscriptions) at /graphql, health at /healthz and
+// /readyz, and Prometheus metrics at /metrics.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/voucherd/voucherd/internal/app"
+	"github.com/voucherd/voucherd/internal/config"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "voucherd:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	cfg, err := config.FromEnvironment()
+	if err != nil {
+		return err
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	log := slog.New(slog.NewJSONHandler(os.Stdout, &slog.HandlerOptions{Level: level}))
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	a, err := app.New(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	// Websocket connections outlive http.Server.Shutdown (they are
+	// hijacked); cancelling their base context makes each one send a close
+	// frame and end.
+	connCtx, closeConns := context.WithCancel(context.Background())
+	defer closeConns()
+	srv := &http.Server{
+		Addr:              cfg.Addr,
+		Handler:           a.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext:       func(net.Listener) context.Context { return connCtx },
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	a.Start(ctx)
+	log.Info("voucherd listening", "addr", ln.Addr().String(), "database", a.DB.URL, "env", cfg.Env)
+
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		if !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
+	case <-ctx.Done():
+	}
+
+	log.Info("shutting down")
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Warn("http shutdown", "err", err.Error())
+	}
+	closeConns()
+	if err := a.Shutdown(sctx); err != nil {
+		log.Warn("shutdown", "err", err.Error())
+	}
+	log.Info("stopped")
+	return nil
+}

@@ -1,0 +1,157 @@
+package schema
+
+import (
+	"entgo.io/contrib/entgql"
+	"entgo.io/ent"
+	"entgo.io/ent/schema"
+	"entgo.io/ent/schema/edge"
+	"entgo.io/ent/schema/field"
+	"entgo.io/ent/schema/index"
+
+	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/payment"
+)
+
+// VoucherSession is a payer's context: the 6-character code a payee signs in with.
+type VoucherSession struct{ ent.Schema }
+
+func (VoucherSession) Mixin() []ent.Mixin {
+	return []ent.Mixin{idMixin{prefix: ids.Session}, timeMixin{}}
+}
+
+func (VoucherSession) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("code").MaxLen(6).Immutable(),
+		// live_code repeats code while the session is usable and is cleared
+		// when it closes or expires: a unique index on it keeps codes unique
+		// among live sessions on every database, with no partial index.
+		field.String("live_code").MaxLen(6).Optional().Nillable().Unique().Annotations(entgql.Skip()),
+		// owner_id is the payer: a usr_ or dev_ id.
+		field.String("owner_id").Immutable().Annotations(entgql.Skip()),
+		field.Enum("status").Values("ACTIVE", "CLOSED", "EXPIRED").Default("ACTIVE"),
+		field.Time("expires_at"),
+		field.Time("closed_at").Optional().Nillable(),
+	}
+}
+
+func (VoucherSession) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.To("vouchers", Voucher.Type).Annotations(entgql.Skip()),
+	}
+}
+
+func (VoucherSession) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("owner_id", "created_at"),
+		index.Fields("code"),
+		index.Fields("expires_at"),
+	}
+}
+
+func (VoucherSession) Annotations() []schema.Annotation {
+	return []schema.Annotation{
+		entgql.Skip(entgql.SkipWhereInput, entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput),
+	}
+}
+
+// Voucher is one payment request between a payee and a payer.
+type Voucher struct{ ent.Schema }
+
+func (Voucher) Mixin() []ent.Mixin {
+	return []ent.Mixin{idMixin{prefix: ids.Voucher}, timeMixin{}}
+}
+
+func (Voucher) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("code").MaxLen(6).Immutable(),
+		// Set while the voucher is RESERVED or REDEEMED; unique among those.
+		field.String("live_code").MaxLen(6).Optional().Nillable().Unique().Annotations(entgql.Skip()),
+		field.Enum("status").
+			Values("RESERVED", "REDEEMED", "RESOLVED", "DISCARDED").
+			Default("RESERVED").
+			Annotations(entgql.OrderField("STATUS")),
+		field.Enum("type").Values(payment.TypeSimple, payment.TypeCustom).Optional().Nillable(),
+		// version increases by one with every change; clients order updates by it.
+		field.Int("version").Default(1),
+		field.String("session_id").Immutable().Annotations(entgql.MapsTo("sessionId")),
+		// payer_id owns the session (usr_ or dev_); payee_id reserved the
+		// voucher (ses_ for a resource token, else usr_ or dev_).
+		field.String("payer_id").Immutable().Annotations(entgql.Skip()),
+		field.String("payee_id").Immutable().Annotations(entgql.Skip()),
+		field.String("business_id").Optional().Nillable().Immutable().Annotations(entgql.MapsTo("businessId")),
+		field.JSON("expected_payment", &payment.Payment{}).Optional().
+			Annotations(entgql.Type("Payment"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("supplied_payment", &payment.Payment{}).Optional().
+			Annotations(entgql.Type("Payment"), entgql.Skip(entgql.SkipWhereInput)),
+		field.String("exchange_rate").Optional().Nillable().
+			Annotations(entgql.Type("Decimal"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("networks", []payment.Network{}).Optional().
+			Annotations(entgql.Type("[Network!]"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("payments", []payment.CustomPayment{}).Optional().
+			Annotations(entgql.Type("[CustomPayment!]"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("extras", []payment.Extra{}).Optional().
+			Annotations(entgql.Type("[JSON!]"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("payee_info", payment.PayeeInfo{}).Optional().
+			Annotations(entgql.Type("JSON"), entgql.Skip(entgql.SkipWhereInput)),
+		field.JSON("receipts", []payment.Receipt{}).Optional().
+			Annotations(entgql.Type("[Receipt!]"), entgql.Skip(entgql.SkipWhereInput)),
+		field.String("discard_reason").Optional().Nillable(),
+		field.Time("expires_at").Annotations(entgql.OrderField("EXPIRES_AT")),
+	}
+}
+
+func (Voucher) Edges() []ent.Edge {
+	return []ent.Edge{
+		edge.From("session", VoucherSession.Type).Ref("vouchers").Field("session_id").
+			Unique().Required().Immutable().Annotations(entgql.Skip()),
+		edge.From("business", Business.Type).Ref("vouchers").Field("business_id").
+			Unique().Immutable().Annotations(entgql.Skip()),
+	}
+}
+
+func (Voucher) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("code"),
+		index.Fields("session_id", "created_at"),
+		index.Fields("payer_id", "created_at"),
+		index.Fields("payee_id", "created_at"),
+		index.Fields("business_id", "created_at"),
+		// The sweeper finds live vouchers past their expiry.
+		index.Fields("status", "expires_at"),
+	}
+}
+
+func (Voucher) Annotations() []schema.Annotation {
+	return []schema.Annotation{
+		entgql.RelayConnection(),
+		entgql.Skip(entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput),
+	}
+}
+
+// InteropSubmission is a payer's signature for one payment of a voucher
+// needing signatures on several networks (interop-init).
+type InteropSubmission struct{ ent.Schema }
+
+func (InteropSubmission) Mixin() []ent.Mixin {
+	return []ent.Mixin{idMixin{prefix: ids.InteropSubmission}}
+}
+
+func (InteropSubmission) Fields() []ent.Field {
+	return []ent.Field{
+		// submission_id is the caller's id (the route's ?id=).
+		field.String("submission_id").NotEmpty().MaxLen(128).Immutable(),
+		field.String("voucher_id").Immutable(),
+		field.String("caller_id").Immutable(),
+		field.Int("payment_index").Default(0).Immutable(),
+		field.String("signature").Optional().Nillable().MaxLen(256).Immutable(),
+		field.Time("created_at").Default(now).Immutable(),
+	}
+}
+
+func (InteropSubmission) Indexes() []ent.Index {
+	return []ent.Index{index.Fields("voucher_id", "submission_id").Unique()}
+}
+
+func (InteropSubmission) Annotations() []schema.Annotation {
+	return []schema.Annotation{entgql.Skip()}
+}

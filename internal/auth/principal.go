@@ -1,0 +1,88 @@
+// Package auth knows who is calling: the principal a bearer token proves, how
+// it travels in a context, and the guards of the spec (registered user,
+// registered user or resource, business user) that services apply.
+package auth
+
+import (
+	"context"
+	"time"
+
+	"github.com/voucherd/voucherd/internal/apperr"
+)
+
+// Kind is the kind of token a principal presented.
+type Kind string
+
+const (
+	// KindUser is an email-password account (id prefix usr_).
+	KindUser Kind = "user"
+	// KindDevice is a mobile device (id prefix dev_).
+	KindDevice Kind = "device"
+	// KindResource is a payee signed in with a payer's context code; its
+	// subject is the voucher session (id prefix ses_).
+	KindResource Kind = "resource"
+)
+
+// Principal is the authenticated caller.
+type Principal struct {
+	Kind Kind
+	// ID is the subject: a usr_, dev_ or (for resources) ses_ id.
+	ID string
+	// TokenID is the token's jti, for logs and revocation; never the token.
+	TokenID   string
+	ExpiresAt time.Time
+}
+
+// IsRegistered reports whether the caller is a registered user or device.
+func (p *Principal) IsRegistered() bool {
+	return p != nil && (p.Kind == KindUser || p.Kind == KindDevice)
+}
+
+type ctxKey struct{}
+
+// WithPrincipal returns ctx carrying p.
+func WithPrincipal(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, ctxKey{}, p)
+}
+
+// FromContext returns the caller, or nil when the request is anonymous.
+func FromContext(ctx context.Context) *Principal {
+	p, _ := ctx.Value(ctxKey{}).(*Principal)
+	return p
+}
+
+var errUnauthorized = apperr.New(apperr.Unauthorized, "bearer token missing or invalid")
+
+// RequireAny is for routes open to every kind of token (RegisteredUserOrResourceGuard).
+func RequireAny(ctx context.Context) (*Principal, error) {
+	p := FromContext(ctx)
+	if p == nil {
+		return nil, errUnauthorized
+	}
+	return p, nil
+}
+
+// RequireRegistered is the spec's RegisteredUserGuard: a user or device token.
+func RequireRegistered(ctx context.Context) (*Principal, error) {
+	p := FromContext(ctx)
+	if p == nil {
+		return nil, errUnauthorized
+	}
+	if !p.IsRegistered() {
+		return nil, apperr.New(apperr.Forbidden, "this operation needs a registered user or device token")
+	}
+	return p, nil
+}
+
+// RequireUser admits only email-password users: the token half of the spec's
+// BusinessUserGuard (membership is checked by the business service).
+func RequireUser(ctx context.Context) (*Principal, error) {
+	p := FromContext(ctx)
+	if p == nil {
+		return nil, errUnauthorized
+	}
+	if p.Kind != KindUser {
+		return nil, apperr.New(apperr.Forbidden, "this operation needs a user token")
+	}
+	return p, nil
+}

@@ -1,0 +1,212 @@
+// Package config reads the service's configuration from VOUCHER_*
+// environment variables, overridable by command-line flags, and validates it
+// at start so a bad setting stops the process with a clear message instead
+// of surfacing later as a strange failure.
+package config
+
+import (
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/voucherd/voucherd/internal/ratelimit"
+)
+
+// Environments.
+const (
+	Development = "development"
+	Production  = "production"
+)
+
+// Config is the whole configuration. Secrets are kept as raw strings and
+// never printed (see Redacted).
+type Config struct {
+	Addr                 string
+	DatabaseURL          string
+	DBMaxConns           int
+	Env                  string
+	JWTSecret            string
+	JWTIssuer            string
+	JWTAudience          string
+	EncryptionKey        string
+	RateLimits           string
+	WebhookAllowPrivate  bool
+	WebhookRetryInterval time.Duration
+	WebhookWorkers       int
+	VoucherTTL           time.Duration
+	SessionTTL           time.Duration
+	ResourceTokenTTL     time.Duration
+	FinanceFile          string
+	FXSpreadBps          int
+	TrustedProxies       string
+	LogLevel             string
+	ShutdownTimeout      time.Duration
+	SweepInterval        time.Duration
+}
+
+// Var documents one setting; the README's table is written from this list.
+type Var struct {
+	Env, Flag, Default, Help string
+}
+
+// Vars lists every setting with its default.
+var Vars = []Var{
+	{"VOUCHER_ADDR", "addr", "127.0.0.1:8080", "listen address (host:port)"},
+	{"VOUCHER_DATABASE_URL", "database-url", "sqlite://./data/voucherd.db", "sqlite://PATH for the embedded database, or postgres://... for PostgreSQL"},
+	{"VOUCHER_DB_MAX_CONNS", "db-max-conns", "32", "PostgreSQL connection pool size"},
+	{"VOUCHER_ENV", "env", Development, "development or production (production requires explicit secrets and hides introspection)"},
+	{"VOUCHER_JWT_SECRET", "jwt-secret", "", "HS256 signing secret, at least 32 bytes; generated once and stored in the database when unset in development"},
+	{"VOUCHER_JWT_ISSUER", "jwt-issuer", "voucherd", "JWT iss claim"},
+	{"VOUCHER_JWT_AUDIENCE", "jwt-audience", "voucherd", "JWT aud claim"},
+	{"VOUCHER_ENCRYPTION_KEY", "encryption-key", "", "base64 of 32 bytes; encrypts secrets at rest; generated once and stored in the database when unset in development"},
+	{"VOUCHER_RATE_LIMITS", "rate-limits", "spec", "spec, off, or a multiplier of the spec's limits such as 10"},
+	{"VOUCHER_WEBHOOK_ALLOW_PRIVATE", "webhook-allow-private", "false", "allow http:// and private/loopback webhook targets (local development and tests only)"},
+	{"VOUCHER_WEBHOOK_RETRY_INTERVAL", "webhook-retry-interval", "30s", "time between automatic webhook retries"},
+	{"VOUCHER_WEBHOOK_WORKERS", "webhook-workers", "16", "concurrent webhook deliveries per replica"},
+	{"VOUCHER_VOUCHER_TTL", "voucher-ttl", "15m", "voucher lifetime from reservation"},
+	{"VOUCHER_SESSION_TTL", "session-ttl", "10m", "payer context (voucher session) lifetime"},
+	{"VOUCHER_RESOURCE_TOKEN_TTL", "resource-token-ttl", "15m", "resource token lifetime (never past its context's expiry)"},
+	{"VOUCHER_FINANCE_FILE", "finance-file", "", "token registry and price file (JSON); the built-in development default when unset"},
+	{"VOUCHER_FX_SPREAD_BPS", "fx-spread-bps", "0", "FX spread in basis points added to negotiated amounts"},
+	{"VOUCHER_TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For is trusted for client addresses"},
+	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
+	{"VOUCHER_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long a graceful shutdown may take"},
+	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
+}
+
+// Load reads the environment (getenv) and then args as flags.
+func Load(args []string, getenv func(string) string) (*Config, error) {
+	fs := flag.NewFlagSet("voucherd", flag.ContinueOnError)
+	vals := map[string]*string{}
+	for _, v := range Vars {
+		def := v.Default
+		if e := getenv(v.Env); e != "" {
+			def = e
+		}
+		vals[v.Env] = fs.String(v.Flag, def, v.Help+" ($"+v.Env+")")
+	}
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	get := func(env string) string { return strings.TrimSpace(*vals[env]) }
+
+	var errs []error
+	bad := func(env, format string, a ...any) {
+		errs = append(errs, fmt.Errorf("%s: %s", env, fmt.Sprintf(format, a...)))
+	}
+	dur := func(env string) time.Duration {
+		d, err := time.ParseDuration(get(env))
+		if err != nil || d <= 0 {
+			bad(env, "want a positive Go duration like 30s or 15m, got %q", get(env))
+		}
+		return d
+	}
+	posInt := func(env string) int {
+		n, err := strconv.Atoi(get(env))
+		if err != nil || n <= 0 {
+			bad(env, "want a positive integer, got %q", get(env))
+		}
+		return n
+	}
+	c := &Config{
+		Addr:                 get("VOUCHER_ADDR"),
+		DatabaseURL:          get("VOUCHER_DATABASE_URL"),
+		DBMaxConns:           posInt("VOUCHER_DB_MAX_CONNS"),
+		Env:                  get("VOUCHER_ENV"),
+		JWTSecret:            get("VOUCHER_JWT_SECRET"),
+		JWTIssuer:            get("VOUCHER_JWT_ISSUER"),
+		JWTAudience:          get("VOUCHER_JWT_AUDIENCE"),
+		EncryptionKey:        get("VOUCHER_ENCRYPTION_KEY"),
+		RateLimits:           get("VOUCHER_RATE_LIMITS"),
+		WebhookRetryInterval: dur("VOUCHER_WEBHOOK_RETRY_INTERVAL"),
+		WebhookWorkers:       posInt("VOUCHER_WEBHOOK_WORKERS"),
+		VoucherTTL:           dur("VOUCHER_VOUCHER_TTL"),
+		SessionTTL:           dur("VOUCHER_SESSION_TTL"),
+		ResourceTokenTTL:     dur("VOUCHER_RESOURCE_TOKEN_TTL"),
+		FinanceFile:          get("VOUCHER_FINANCE_FILE"),
+		TrustedProxies:       get("VOUCHER_TRUSTED_PROXIES"),
+		LogLevel:             strings.ToLower(get("VOUCHER_LOG_LEVEL")),
+		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
+		SweepInterval:        dur("VOUCHER_SWEEP_INTERVAL"),
+	}
+	if b, err := strconv.ParseBool(get("VOUCHER_WEBHOOK_ALLOW_PRIVATE")); err != nil {
+		bad("VOUCHER_WEBHOOK_ALLOW_PRIVATE", "want true or false, got %q", get("VOUCHER_WEBHOOK_ALLOW_PRIVATE"))
+	} else {
+		c.WebhookAllowPrivate = b
+	}
+	if n, err := strconv.Atoi(get("VOUCHER_FX_SPREAD_BPS")); err != nil || n < 0 || n > 10000 {
+		bad("VOUCHER_FX_SPREAD_BPS", "want an integer from 0 to 10000, got %q", get("VOUCHER_FX_SPREAD_BPS"))
+	} else {
+		c.FXSpreadBps = n
+	}
+	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
+		bad("VOUCHER_ADDR", "want host:port, got %q", c.Addr)
+	}
+	switch c.Env {
+	case Development, Production:
+	default:
+		bad("VOUCHER_ENV", "want development or production, got %q", c.Env)
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		bad("VOUCHER_LOG_LEVEL", "want debug, info, warn or error, got %q", c.LogLevel)
+	}
+	if _, err := ratelimit.ParseMode(c.RateLimits); err != nil {
+		bad("VOUCHER_RATE_LIMITS", "%v", err)
+	}
+	if c.JWTSecret != "" && len(c.JWTSecret) < 32 {
+		bad("VOUCHER_JWT_SECRET", "must be at least 32 bytes")
+	}
+	if c.EncryptionKey != "" {
+		if k, err := base64.StdEncoding.DecodeString(c.EncryptionKey); err != nil || len(k) != 32 {
+			bad("VOUCHER_ENCRYPTION_KEY", "must be base64 of exactly 32 bytes")
+		}
+	}
+	if c.Env == Production {
+		if c.JWTSecret == "" {
+			bad("VOUCHER_JWT_SECRET", "required in production")
+		}
+		if c.EncryptionKey == "" {
+			bad("VOUCHER_ENCRYPTION_KEY", "required in production")
+		}
+		if c.WebhookAllowPrivate {
+			bad("VOUCHER_WEBHOOK_ALLOW_PRIVATE", "must be false in production")
+		}
+	}
+	for _, cidr := range c.TrustedProxyList() {
+		if _, _, err := net.ParseCIDR(cidr); err != nil {
+			bad("VOUCHER_TRUSTED_PROXIES", "%q is not a CIDR", cidr)
+		}
+	}
+	if c.DatabaseURL == "" {
+		bad("VOUCHER_DATABASE_URL", "must not be empty")
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, fmt.Errorf("invalid configuration:\n%w", err)
+	}
+	return c, nil
+}
+
+// FromEnvironment loads from the process environment and os.Args.
+func FromEnvironment() (*Config, error) { return Load(os.Args[1:], os.Getenv) }
+
+// TrustedProxyList splits TrustedProxies.
+func (c *Config) TrustedProxyList() []string {
+	var out []string
+	for _, s := range strings.Split(c.TrustedProxies, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// IsDevelopment reports whether the development conveniences are on.
+func (c *Config) IsDevelopment() bool { return c.Env == Development }

@@ -1,0 +1,150 @@
+// Package httpx is the HTTP plumbing both doors share: strict JSON decoding,
+// the error body, request ids, access logs, metrics and panic recovery.
+package httpx
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/voucherd/voucherd/internal/apperr"
+)
+
+// MaxBodyBytes is the largest request body accepted (1 MiB).
+const MaxBodyBytes = 1 << 20
+
+// DecodeJSON decodes r's body into dst strictly: unknown fields, wrong JSON
+// types and trailing values are validation_failed; an over-large body is
+// payload_too_large. An empty body decodes as {} when allowEmpty.
+func DecodeJSON(r *http.Request, dst any, allowEmpty bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB")
+		}
+		return apperr.New(apperr.ValidationFailed, "could not read request body")
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if allowEmpty {
+			body = []byte("{}")
+		} else {
+			return apperr.New(apperr.ValidationFailed, "request body must be a JSON object")
+		}
+	}
+	return DecodeBytes(body, dst)
+}
+
+// DecodeBytes is DecodeJSON's strict decoding of a body already read.
+func DecodeBytes(body []byte, dst any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(dst); err != nil {
+		return decodeError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return apperr.New(apperr.ValidationFailed, "request body must hold exactly one JSON value")
+	}
+	return nil
+}
+
+func decodeError(err error) error {
+	var (
+		syn *json.SyntaxError
+		typ *json.UnmarshalTypeError
+	)
+	switch {
+	case errors.As(err, &syn), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return apperr.New(apperr.ValidationFailed, "request body is not valid JSON")
+	case errors.As(err, &typ):
+		field := typ.Field
+		if field == "" {
+			return apperr.New(apperr.ValidationFailed, "request body must be a JSON object")
+		}
+		return &apperr.Error{Code: apperr.ValidationFailed, Message: "invalid request",
+			Details: []apperr.Detail{{Field: field, Reason: "must be " + jsonKind(typ.Type.Kind().String())}}}
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		name := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+		return &apperr.Error{Code: apperr.ValidationFailed, Message: "invalid request",
+			Details: []apperr.Detail{{Field: name, Reason: "unknown field"}}}
+	default:
+		return apperr.New(apperr.ValidationFailed, "request body is not valid")
+	}
+}
+
+func jsonKind(goKind string) string {
+	switch goKind {
+	case "string":
+		return "a string"
+	case "bool":
+		return "a boolean"
+	case "slice", "array":
+		return "an array"
+	case "struct", "map", "ptr":
+		return "an object"
+	case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+		return "an integer"
+	default:
+		return "of another type"
+	}
+}
+
+// WriteJSON writes v with status.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status, body = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	}
+	WriteRawJSON(w, status, body)
+}
+
+// WriteRawJSON writes an already serialized JSON body.
+func WriteRawJSON(w http.ResponseWriter, status int, body []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json; charset=utf-8")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	_, _ = w.Write(body)
+}
+
+// WriteEmpty writes status with a zero-length body ("200, empty body").
+func WriteEmpty(w http.ResponseWriter, status int) {
+	w.Header().Set("Content-Length", "0")
+	w.WriteHeader(status)
+}
+
+// ErrorBody is the REST error body.
+type ErrorBody struct {
+	Code    apperr.Code     `json:"code"`
+	Message string          `json:"message"`
+	Details []apperr.Detail `json:"details,omitempty"`
+}
+
+// WriteError renders err as the REST error body. Internal causes are logged
+// with the request id and never shown.
+func WriteError(w http.ResponseWriter, r *http.Request, log *slog.Logger, err error) {
+	e := apperr.From(err)
+	status := e.Code.HTTPStatus()
+	if status >= 500 && log != nil {
+		log.ErrorContext(r.Context(), "request failed", "err", err.Error(), "route", r.Pattern)
+	}
+	if e.Code == apperr.RateLimit && e.RetryAfterSeconds > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfterSeconds))
+	}
+	msg := e.Message
+	if msg == "" {
+		msg = string(e.Code)
+	}
+	WriteJSON(w, status, ErrorBody{Code: e.Code, Message: msg, Details: e.Details})
+}
+
+// NotFound answers unknown routes with the JSON error body.
+func NotFound(w http.ResponseWriter, r *http.Request) {
+	WriteError(w, r, nil, apperr.New(apperr.NotFound, fmt.Sprintf("no route for %s %s", r.Method, r.URL.Path)))
+}

@@ -1,0 +1,155 @@
+package ratelimit
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Group names one budget from the spec's rate-limit table. Several
+// operations share a group (REST and GraphQL twins, reads and writes of one
+// area), so the group, not the route, is what a caller is charged against.
+// The string is public: it appears in the RateLimit headers.
+type Group string
+
+// The spec's endpoint groups.
+const (
+	Auth          Group = "auth"
+	Businesses    Group = "businesses"
+	Finance       Group = "finance"
+	VouchersRead  Group = "vouchers-read"
+	VouchersWrite Group = "vouchers-write"
+	Negotiate     Group = "negotiate"
+	Widgets       Group = "widgets"
+	WidgetsPublic Group = "widgets-public"
+	Webhooks      Group = "webhooks"
+)
+
+// Groups lists every group, in the spec's order.
+func Groups() []Group {
+	return []Group{Auth, Businesses, Finance, VouchersRead, VouchersWrite, Negotiate, Widgets, WidgetsPublic, Webhooks}
+}
+
+// Policy is a budget of Limit units per fixed Window.
+type Policy struct {
+	Limit  int
+	Window time.Duration
+}
+
+// Table maps every group to its policy. A nil or empty Table means rate
+// limiting is off.
+type Table map[Group]Policy
+
+// SpecTable returns the spec's limits (a fresh map, safe to modify).
+func SpecTable() Table {
+	p300 := Policy{Limit: 5, Window: 300 * time.Second}
+	return Table{
+		Auth:          p300,
+		Businesses:    p300,
+		Finance:       p300,
+		VouchersRead:  {Limit: 10, Window: 600 * time.Second},
+		VouchersWrite: p300,
+		Negotiate:     {Limit: 1, Window: 60 * time.Second},
+		Widgets:       p300,
+		WidgetsPublic: p300,
+		Webhooks:      p300,
+	}
+}
+
+// maxLimit keeps a large multiplier from overflowing and from producing
+// counts no client could ever reach anyway.
+const maxLimit = math.MaxInt32
+
+// Scale returns a copy of t with every limit multiplied by m, rounded down
+// but never below 1: a scaled-down limit must still let a caller in.
+// Windows are kept, so the ratio of bursts to windows stays the spec's.
+func (t Table) Scale(m float64) Table {
+	out := make(Table, len(t))
+	for g, p := range t {
+		// The epsilon absorbs binary float error (0.29*100 = 28.999...).
+		n := math.Floor(float64(p.Limit)*m + 1e-9)
+		switch {
+		case n < 1:
+			n = 1
+		case n > maxLimit:
+			n = maxLimit
+		}
+		out[g] = Policy{Limit: int(n), Window: p.Window}
+	}
+	return out
+}
+
+// Mode is the VOUCHER_RATE_LIMITS setting. The zero Mode is "spec".
+type Mode struct {
+	off  bool
+	mult float64 // 0 means 1
+}
+
+// ParseMode parses VOUCHER_RATE_LIMITS: "spec" (or empty) for the spec's
+// limits, "off" for none, or a positive multiplier such as "10" or "0.5".
+func ParseMode(s string) (Mode, error) {
+	v := strings.ToLower(strings.TrimSpace(s))
+	switch v {
+	case "", "spec":
+		return Mode{}, nil
+	case "off":
+		return Mode{off: true}, nil
+	}
+	m, err := strconv.ParseFloat(v, 64)
+	if err != nil || math.IsNaN(m) || math.IsInf(m, 0) || m <= 0 {
+		return Mode{}, fmt.Errorf("ratelimit: rate limit mode must be \"spec\", \"off\" or a positive multiplier such as 10 or 0.5, got %q", s)
+	}
+	return Mode{mult: m}, nil
+}
+
+// Off reports whether rate limiting is disabled.
+func (m Mode) Off() bool { return m.off }
+
+// Multiplier is the factor applied to the spec's limits (1 for "spec", 0 when off).
+func (m Mode) Multiplier() float64 {
+	switch {
+	case m.off:
+		return 0
+	case m.mult == 0:
+		return 1
+	}
+	return m.mult
+}
+
+// Table returns the policies for this mode; nil when off.
+func (m Mode) Table() Table {
+	switch {
+	case m.off:
+		return nil
+	case m.mult == 0 || m.mult == 1:
+		return SpecTable()
+	}
+	return SpecTable().Scale(m.mult)
+}
+
+// String returns the mode in the form ParseMode accepts.
+func (m Mode) String() string {
+	switch {
+	case m.off:
+		return "off"
+	case m.mult == 0 || m.mult == 1:
+		return "spec"
+	}
+	return strconv.FormatFloat(m.mult, 'g', -1, 64)
+}
+
+// MarshalText and UnmarshalText let the mode be a flag (flag.TextVar) or a
+// config field without a wrapper.
+func (m Mode) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// UnmarshalText parses text with ParseMode.
+func (m *Mode) UnmarshalText(text []byte) error {
+	v, err := ParseMode(string(text))
+	if err != nil {
+		return err
+	}
+	*m = v
+	return nil
+}

@@ -1,0 +1,221 @@
+// Package session manages payers' voucher sessions: the short-lived context
+// whose 6-character code a payer shares with a payee, who signs in with it as
+// a resource and reserves vouchers on it.
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"math/big"
+	"strings"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/vouchersession"
+	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/storage"
+)
+
+// CodeAlphabet is Crockford's base32 without I, L, O, U: no code can be
+// misread or spell a word.
+const CodeAlphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+
+// CodeLength is the spec's context code length.
+const CodeLength = 6
+
+// Statuses as shown to callers.
+const (
+	StatusActive  = "ACTIVE"
+	StatusClosed  = "CLOSED"
+	StatusExpired = "EXPIRED"
+)
+
+// Session is the view of a voucher session callers get.
+type Session struct {
+	ID        string       `json:"id"`
+	Code      string       `json:"code"`
+	Status    string       `json:"status"`
+	ExpiresAt apitime.Time `json:"expiresAt"`
+	CreatedAt apitime.Time `json:"createdAt"`
+}
+
+// Service owns voucher sessions.
+type Service struct {
+	db  *storage.DB
+	ttl time.Duration
+	now func() time.Time
+}
+
+// NewService returns a session service; sessions live for ttl. It installs
+// the sessions' read model on db's client, so build one per client.
+func NewService(db *storage.DB, ttl time.Duration, now func() time.Time) *Service {
+	if now == nil {
+		now = time.Now
+	}
+	db.VoucherSession.Intercept(readModel(now))
+	return &Service{db: db, ttl: ttl, now: now}
+}
+
+// View renders a session for REST.
+func View(s *ent.VoucherSession) *Session {
+	return &Session{ID: s.ID, Code: s.Code, Status: string(s.Status), ExpiresAt: apitime.From(s.ExpiresAt), CreatedAt: apitime.From(s.CreatedAt)}
+}
+
+// readModel shows a session past its expiry as EXPIRED on every read, on
+// both doors, before the sweeper has recorded it.
+func readModel(now func() time.Time) ent.Interceptor {
+	return ent.InterceptFunc(func(next ent.Querier) ent.Querier {
+		return ent.QuerierFunc(func(ctx context.Context, q ent.Query) (ent.Value, error) {
+			v, err := next.Query(ctx, q)
+			if rows, ok := v.([]*ent.VoucherSession); ok {
+				t := now()
+				for _, r := range rows {
+					if r.Status == vouchersession.StatusACTIVE && !t.Before(r.ExpiresAt) {
+						r.Status = vouchersession.StatusEXPIRED
+					}
+				}
+			}
+			return v, err
+		})
+	})
+}
+
+// Create opens a new context for the calling payer (a registered user or device).
+func (s *Service) Create(ctx context.Context) (*ent.VoucherSession, error) {
+	p, err := auth.RequireRegistered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now().UTC()
+	for attempt := 0; attempt < 8; attempt++ {
+		code, err := NewCode()
+		if err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		var created *ent.VoucherSession
+		err = s.db.Tx(ctx, func(tx *ent.Tx) error {
+			// A code whose session expired but was not yet swept is free again.
+			if _, err := tx.VoucherSession.Update().
+				Where(vouchersession.LiveCode(code), vouchersession.ExpiresAtLTE(now)).
+				ClearLiveCode().Save(ctx); err != nil {
+				return err
+			}
+			created, err = tx.VoucherSession.Create().
+				SetCode(code).SetLiveCode(code).SetOwnerID(p.ID).
+				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now).
+				Save(ctx)
+			return err
+		})
+		if ent.IsConstraintError(err) {
+			continue // the code is live elsewhere: draw another
+		}
+		if err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		return created, nil
+	}
+	return nil, apperr.InternalError(fmt.Errorf("session: no free context code after 8 draws"))
+}
+
+// Get returns one of the caller's own sessions; anyone else's is not_found.
+func (s *Service) Get(ctx context.Context, id string) (*ent.VoucherSession, error) {
+	p, err := auth.RequireRegistered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	row, err := s.db.VoucherSession.Query().
+		Where(vouchersession.ID(id), vouchersession.OwnerID(p.ID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, apperr.New(apperr.NotFound, "voucher session not found")
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return row, nil
+}
+
+// Close ends one of the caller's sessions; its code stops working at once.
+// Closing a closed session is a no-op that returns it.
+func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, error) {
+	p, err := auth.RequireRegistered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	now := s.now().UTC()
+	if _, err := s.db.VoucherSession.Update().
+		Where(vouchersession.ID(id), vouchersession.OwnerID(p.ID), vouchersession.StatusEQ(vouchersession.StatusACTIVE)).
+		SetStatus(vouchersession.StatusCLOSED).SetClosedAt(now).ClearLiveCode().SetUpdatedAt(now).
+		Save(ctx); err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return s.Get(ctx, id)
+}
+
+// NormalizeCode upper-cases a context code; ok is false when it is not 6
+// characters of CodeAlphabet.
+func NormalizeCode(code string) (string, bool) {
+	c := strings.ToUpper(strings.TrimSpace(code))
+	if len(c) != CodeLength {
+		return "", false
+	}
+	for i := 0; i < len(c); i++ {
+		if strings.IndexByte(CodeAlphabet, c[i]) < 0 {
+			return "", false
+		}
+	}
+	return c, true
+}
+
+// Live returns the live session holding code. The error says why not:
+// invalid_code for a malformed, closed or expired code, not_found for a
+// well-formed code no session ever had.
+func (s *Service) Live(ctx context.Context, code string) (*ent.VoucherSession, error) {
+	c, ok := NormalizeCode(code)
+	if !ok {
+		return nil, apperr.Invalid("code", "must be 6 characters of "+CodeAlphabet)
+	}
+	now := s.now()
+	row, err := s.db.VoucherSession.Query().Where(vouchersession.LiveCode(c)).Only(ctx)
+	switch {
+	case err == nil && now.Before(row.ExpiresAt):
+		return row, nil
+	case err != nil && !ent.IsNotFound(err):
+		return nil, apperr.InternalError(err)
+	}
+	// Not live: did the code ever exist?
+	seen, err := s.db.VoucherSession.Query().Where(vouchersession.Code(c)).Exist(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if !seen {
+		return nil, apperr.New(apperr.NotFound, "context not found")
+	}
+	return nil, apperr.New(apperr.InvalidCode, "context code is closed or expired")
+}
+
+// SweepExpired records sessions past their expiry as EXPIRED and frees their
+// codes. It returns how many it recorded.
+func (s *Service) SweepExpired(ctx context.Context) (int, error) {
+	now := s.now().UTC()
+	return s.db.VoucherSession.Update().
+		Where(vouchersession.StatusEQ(vouchersession.StatusACTIVE), vouchersession.ExpiresAtLTE(now)).
+		SetStatus(vouchersession.StatusEXPIRED).ClearLiveCode().SetUpdatedAt(now).
+		Save(ctx)
+}
+
+// NewCode draws a context code from crypto/rand.
+func NewCode() (string, error) {
+	var b [CodeLength]byte
+	max := big.NewInt(int64(len(CodeAlphabet)))
+	for i := range b {
+		n, err := rand.Int(rand.Reader, max)
+		if err != nil {
+			return "", err
+		}
+		b[i] = CodeAlphabet[n.Int64()]
+	}
+	return string(b[:]), nil
+}

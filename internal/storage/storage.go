@@ -1,0 +1,170 @@
+// Package storage opens the database (embedded SQLite by default, PostgreSQL
+// for production), applies the checked-in migrations, and gives services one
+// transaction helper. Services never open connections themselves.
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	entsql "entgo.io/ent/dialect/sql"
+	_ "github.com/lib/pq" // PostgreSQL driver
+	_ "modernc.org/sqlite" // pure-Go SQLite driver
+
+	"entgo.io/ent/dialect"
+
+	"github.com/voucherd/voucherd/ent"
+)
+
+// Dialects.
+const (
+	Postgres = dialect.Postgres
+	SQLite   = dialect.SQLite
+)
+
+// DB is an open database: the ent client for ordinary work and the raw
+// handle for the few hot statements written by hand.
+type DB struct {
+	*ent.Client
+	SQL     *sql.DB
+	Dialect string
+	// URL is the connection string with any password removed, for logs.
+	URL string
+}
+
+// Options tune the connection pool.
+type Options struct {
+	// MaxOpenConns bounds the pool (PostgreSQL); 0 means 32.
+	MaxOpenConns int
+}
+
+// DefaultSQLiteURL is where the embedded database lives unless configured.
+const DefaultSQLiteURL = "sqlite://./data/voucherd.db"
+
+// Open connects to rawURL: postgres://... or postgresql://... selects
+// PostgreSQL; sqlite://PATH (or a bare file path) selects SQLite.
+func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
+	if opts.MaxOpenConns <= 0 {
+		opts.MaxOpenConns = 32
+	}
+	var (
+		db      *sql.DB
+		dialect string
+		safe    string
+		err     error
+	)
+	switch {
+	case strings.HasPrefix(rawURL, "postgres://"), strings.HasPrefix(rawURL, "postgresql://"):
+		dialect = Postgres
+		u, perr := url.Parse(rawURL)
+		if perr != nil {
+			return nil, fmt.Errorf("storage: database URL is not a valid URL")
+		}
+		q := u.Query()
+		// Without binary parameters lib/pq prepares every statement first:
+		// two round trips per query instead of one.
+		if q.Get("binary_parameters") == "" {
+			q.Set("binary_parameters", "yes")
+		}
+		u.RawQuery = q.Encode()
+		safe = u.Redacted()
+		db, err = sql.Open("postgres", u.String())
+		if err != nil {
+			return nil, fmt.Errorf("storage: open postgres: %w", err)
+		}
+		db.SetMaxOpenConns(opts.MaxOpenConns)
+		db.SetMaxIdleConns(opts.MaxOpenConns)
+		db.SetConnMaxIdleTime(5 * time.Minute)
+	default:
+		dialect = SQLite
+		path := strings.TrimPrefix(strings.TrimPrefix(rawURL, "sqlite://"), "sqlite:")
+		if path == "" {
+			return nil, errors.New("storage: empty SQLite path")
+		}
+		if dir := filepath.Dir(path); dir != "." {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return nil, fmt.Errorf("storage: create data directory: %w", err)
+			}
+		}
+		safe = "sqlite://" + path
+		// WAL lets readers run beside the writer; immediate transactions take
+		// the write lock up front so concurrent writers queue on busy_timeout
+		// instead of failing; times are written in one sortable text format.
+		dsn := "file:" + path + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)" +
+			"&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate&_time_format=sqlite"
+		db, err = sql.Open("sqlite", dsn)
+		if err != nil {
+			return nil, fmt.Errorf("storage: open sqlite: %w", err)
+		}
+		db.SetMaxOpenConns(8)
+		db.SetMaxIdleConns(8)
+	}
+	pctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := db.PingContext(pctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("storage: connect to %s: %w", safe, err)
+	}
+	drv := entsql.OpenDB(dialect, db)
+	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Dialect: dialect, URL: safe}, nil
+}
+
+// Close closes the pool.
+func (db *DB) Close() error { return db.Client.Close() }
+
+// IsPostgres reports whether db is PostgreSQL.
+func (db *DB) IsPostgres() bool { return db.Dialect == Postgres }
+
+// Ping checks the database answers (for /readyz).
+func (db *DB) Ping(ctx context.Context) error { return db.SQL.PingContext(ctx) }
+
+// Tx runs fn in a transaction, committing when it returns nil and rolling
+// back otherwise (or on panic).
+func (db *DB) Tx(ctx context.Context, fn func(tx *ent.Tx) error) (err error) {
+	tx, err := db.Client.Tx(ctx)
+	if err != nil {
+		return fmt.Errorf("storage: begin: %w", err)
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			_ = tx.Rollback()
+			panic(v)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil {
+			return errors.Join(err, fmt.Errorf("storage: rollback: %w", rerr))
+		}
+		return err
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("storage: commit: %w", err)
+	}
+	return nil
+}
+
+// Rebind rewrites ? placeholders as $1, $2, ... for PostgreSQL, so a
+// hand-written statement serves both databases.
+func (db *DB) Rebind(query string) string {
+	if db.Dialect != Postgres {
+		return query
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(query); i++ {
+		if query[i] == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteByte(query[i])
+	}
+	return b.String()
+}

@@ -1,0 +1,143 @@
+// Package rest is the /api/v1 door: it decodes requests, calls the same
+// internal services the GraphQL door calls, and encodes their results. No
+// business rule lives here.
+package rest
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/session"
+)
+
+// Services are the domain services the routes call.
+type Services struct {
+	Identity *identity.Service
+	Sessions *session.Service
+}
+
+// Limiter spends one unit of a rate-limit group's budget for the request's
+// caller, writing the rate-limit headers; it returns a rate_limit error when
+// the budget is spent.
+type Limiter interface {
+	Limit(ctx context.Context, group string, r *http.Request, h http.Header) error
+}
+
+// Options are the door's collaborators.
+type Options struct {
+	Log *slog.Logger
+	// Limiter may be nil (no rate limits).
+	Limiter Limiter
+}
+
+type server struct {
+	Services
+	log     *slog.Logger
+	limiter Limiter
+	mux     *http.ServeMux
+}
+
+// catchAll is the pattern under which unknown /api paths are answered.
+const catchAll = "/api/"
+
+// handlerFunc is a route: it writes its success itself and returns an error
+// for the one error writer to render.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+// Rate-limit groups of the spec's table (and DECISIONS.md).
+const (
+	groupAuth          = "auth"
+	groupBusinesses    = "businesses"
+	groupFinance       = "finance"
+	groupVouchersRead  = "vouchers-read"
+	groupVouchersWrite = "vouchers-write"
+	groupNegotiate     = "negotiate"
+	groupWebhooks      = "webhooks"
+)
+
+// Register adds every /api/v1 route to mux, and a JSON 404/405 for
+// anything else under /api/.
+func Register(mux *http.ServeMux, svc Services, opts Options) {
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	s := &server{Services: svc, log: opts.Log, limiter: opts.Limiter, mux: mux}
+	s.routes()
+	mux.HandleFunc(catchAll, s.unmatched)
+}
+
+func (s *server) routes() {
+	s.handle("POST /api/v1/auth/sign-up", groupAuth, open, s.signUp)
+	s.handle("POST /api/v1/auth/sign-in", groupAuth, open, s.signIn)
+
+	s.handle("POST /api/v1/vouchers/sessions/create-session", groupVouchersWrite, auth.RequireRegistered, s.createSession)
+	s.handle("GET /api/v1/vouchers/sessions/{sessionId}", groupVouchersRead, auth.RequireRegistered, s.getSession)
+	s.handle("POST /api/v1/vouchers/sessions/{sessionId}/close-session", groupVouchersWrite, auth.RequireRegistered, s.closeSession)
+}
+
+// guard is the token check a route makes before reading its body, so a
+// caller without the right token gets 401/403 whatever it sent. The services
+// apply the same guards again; this only fixes the order of errors.
+type guard func(ctx context.Context) (*auth.Principal, error)
+
+// open is the guard of routes that need no token.
+func open(context.Context) (*auth.Principal, error) { return nil, nil }
+
+func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		if s.limiter != nil && group != "" {
+			if err := s.limiter.Limit(r.Context(), group, r, w.Header()); err != nil {
+				httpx.WriteError(w, r, s.log, err)
+				return
+			}
+		}
+		if _, err := g(r.Context()); err != nil {
+			httpx.WriteError(w, r, s.log, err)
+			return
+		}
+		if err := h(w, r); err != nil {
+			httpx.WriteError(w, r, s.log, err)
+		}
+	})
+}
+
+var probeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}
+
+// unmatched answers unknown paths with a JSON 404 and known paths with a
+// wrong method with a JSON 405.
+func (s *server) unmatched(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range probeMethods {
+		probe := r.Clone(r.Context())
+		probe.Method = m
+		if _, p := s.mux.Handler(probe); p != "" && p != catchAll {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) == 0 {
+		httpx.NotFound(w, r)
+		return
+	}
+	w.Header().Set("Allow", strings.Join(allow, ", "))
+	httpx.WriteError(w, r, nil, apperr.Newf(apperr.MethodNotAllowed, "%s is not allowed here; use %s", r.Method, strings.Join(allow, " or ")))
+}
+
+// decode reads a strict JSON body into dst.
+func decode(r *http.Request, dst any) error { return httpx.DecodeJSON(r, dst, false) }
+
+// decodeEmpty accepts an empty body or an empty JSON object.
+func decodeEmpty(r *http.Request) error {
+	var empty struct{}
+	return httpx.DecodeJSON(r, &empty, true)
+}
+
+func ok(w http.ResponseWriter, v any) error {
+	httpx.WriteJSON(w, http.StatusOK, v)
+	return nil
+}
