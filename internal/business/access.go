@@ -1,0 +1,51 @@
+// Package business manages businesses and their members, and answers the
+// membership questions other services ask (may this user act for, or see
+// the vouchers of, this business?).
+package business
+
+import (
+	"context"
+
+	"github.com/voucherd/voucherd/ent"
+	entbusiness "github.com/voucherd/voucherd/ent/business"
+	"github.com/voucherd/voucherd/ent/businessuser"
+	"github.com/voucherd/voucherd/internal/apperr"
+)
+
+// Membership returns the business and the caller's membership in it when
+// userID is an ACTIVE member; otherwise not_found (non-members learn nothing
+// about the business's existence).
+func Membership(ctx context.Context, c *ent.Client, businessID, userID string) (*ent.Business, *ent.BusinessUser, error) {
+	m, err := c.BusinessUser.Query().
+		Where(businessuser.BusinessID(businessID), businessuser.UserID(userID), businessuser.StatusEQ(businessuser.StatusACTIVE)).
+		WithBusiness().
+		Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, nil, apperr.New(apperr.NotFound, "business not found")
+	}
+	if err != nil {
+		return nil, nil, apperr.InternalError(err)
+	}
+	return m.Edges.Business, m, nil
+}
+
+// RequireActive returns business_inactive for an INACTIVE business: its
+// writes, new vouchers and deliveries stop while its reads go on.
+func RequireActive(b *ent.Business) error {
+	if b.Status != entbusiness.StatusACTIVE {
+		return apperr.New(apperr.BusinessInactive, "the business is inactive")
+	}
+	return nil
+}
+
+// ActiveMemberBusinessIDs lists the businesses in which userID is an ACTIVE
+// member (for listing the vouchers a dashboard user may see).
+func ActiveMemberBusinessIDs(ctx context.Context, c *ent.Client, userID string) ([]string, error) {
+	ids, err := c.BusinessUser.Query().
+		Where(businessuser.UserID(userID), businessuser.StatusEQ(businessuser.StatusACTIVE)).
+		Select(businessuser.FieldBusinessID).Strings(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return ids, nil
+}
