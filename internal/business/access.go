@@ -49,3 +49,18 @@ func ActiveMemberBusinessIDs(ctx context.Context, c *ent.Client, userID string) 
 	}
 	return ids, nil
 }
+
+// CanManage reports whether a membership may change the business: update
+// it, manage members and webhooks, retry deliveries (OWNER or ADMIN).
+func CanManage(m *ent.BusinessUser) bool {
+	return m != nil && (m.Role == businessuser.RoleOWNER || m.Role == businessuser.RoleADMIN)
+}
+
+// RequireManager is CanManage as an error: members without the role get
+// forbidden (they may know the business exists; they can read it).
+func RequireManager(m *ent.BusinessUser) error {
+	if !CanManage(m) {
+		return apperr.New(apperr.Forbidden, "this needs the OWNER or ADMIN role in the business")
+	}
+	return nil
+}
