@@ -89,7 +89,9 @@ func (s *Service) Create(ctx context.Context) (*ent.VoucherSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	now := s.now().UTC()
+	// Millisecond precision: what the API shows is exactly what is stored
+	// (PostgreSQL keeps microseconds and would round a nanosecond time).
+	now := s.now().UTC().Truncate(time.Millisecond)
 	for attempt := 0; attempt < 8; attempt++ {
 		code, err := NewCode()
 		if err != nil {
