@@ -52,5 +52,13 @@ lint:
 fuzz:
 	$(GO) test ./internal/money -run '^$$' -fuzz FuzzParse -fuzztime 30s
 
+## bench: the service against the machine's own limits (pgbench running its
+## redeem SQL, a bare net/http read, a bare websocket fan-out), measured side
+## by side on a throwaway durable PostgreSQL; prints the table and writes
+## bench/out/results.json and report.html. BENCH_FLAGS passes flags, e.g.
+## BENCH_FLAGS="-duration 20s -profile". See docs/performance.md.
+BENCH_FLAGS ?=
 bench: ensure-postgres
-	@echo "make bench: the benchmark harness is not built yet (see issue 8)"; exit 1
+	$(GO) build -o bin/voucherd ./cmd/voucherd
+	$(GO) build -o bin/voucherbench ./cmd/voucherbench
+	ulimit -n "$$(ulimit -Hn)" && ./bin/voucherbench -voucherd bin/voucherd -out bench/out $(BENCH_FLAGS)

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"syscall"
@@ -62,6 +63,11 @@ func run() error {
 		return err
 	}
 	a.Start(ctx)
+	if cfg.PprofAddr != "" {
+		if err := servePprof(ctx, cfg.PprofAddr, log); err != nil {
+			return err
+		}
+	}
 	log.Info("voucherd listening", "addr", ln.Addr().String(), "database", a.DB.URL, "env", cfg.Env)
 
 	errc := make(chan error, 1)
@@ -85,5 +91,33 @@ func run() error {
 		log.Warn("shutdown", "err", err.Error())
 	}
 	log.Info("stopped")
+	return nil
+}
+
+// servePprof serves the profiling endpoints on their own listener, so they
+// are reachable only where the operator put them (make bench uses a
+// loopback port) and never through the API address.
+func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("VOUCHER_PPROF_ADDR: %w", err)
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go func() {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Warn("pprof server", "err", err.Error())
+		}
+	}()
+	log.Info("pprof listening", "addr", ln.Addr().String())
 	return nil
 }

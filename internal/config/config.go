@@ -48,6 +48,9 @@ type Config struct {
 	LogLevel             string
 	ShutdownTimeout      time.Duration
 	SweepInterval        time.Duration
+	// PprofAddr, when set, serves net/http/pprof on its own listener (never
+	// on the API address), for profiling under load.
+	PprofAddr string
 }
 
 // Var documents one setting; the README's table is written from this list.
@@ -78,6 +81,7 @@ var Vars = []Var{
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"VOUCHER_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long a graceful shutdown may take"},
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
+	{"VOUCHER_PPROF_ADDR", "pprof-addr", "", "serve net/http/pprof on this separate host:port (profiling; empty = off, keep it on loopback)"},
 }
 
 // Load reads the environment (getenv) and then args as flags.
@@ -134,6 +138,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		LogLevel:             strings.ToLower(get("VOUCHER_LOG_LEVEL")),
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
 		SweepInterval:        dur("VOUCHER_SWEEP_INTERVAL"),
+		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_WEBHOOK_ALLOW_PRIVATE")); err != nil {
 		bad("VOUCHER_WEBHOOK_ALLOW_PRIVATE", "want true or false, got %q", get("VOUCHER_WEBHOOK_ALLOW_PRIVATE"))
@@ -147,6 +152,11 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("VOUCHER_ADDR", "want host:port, got %q", c.Addr)
+	}
+	if c.PprofAddr != "" {
+		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {
+			bad("VOUCHER_PPROF_ADDR", "want host:port, got %q", c.PprofAddr)
+		}
 	}
 	switch c.Env {
 	case Development, Production:

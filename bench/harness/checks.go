@@ -1,0 +1,139 @@
+package harness
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/voucherd/voucherd/bench/report"
+)
+
+// checks holds every figure the issue sets a target for against its
+// reference. A side that did not run makes the check "not run", never met.
+func checks(r *report.Run) []report.Check {
+	var out []report.Check
+	get := func(id string) (*report.Result, string) {
+		x := r.Find(id)
+		switch {
+		case x == nil:
+			return nil, id + " was not part of this run"
+		case x.NotRun != "":
+			return nil, id + ": " + x.NotRun
+		case x.Latency == nil:
+			return nil, id + " has no measurement"
+		}
+		return x, ""
+	}
+	figure := func(x *report.Result, name string) (float64, bool) {
+		for _, f := range x.Figures {
+			if f.Name == name {
+				return f.Value, true
+			}
+		}
+		return 0, false
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	notRun := func(target, fig, ref string, bound float64, atLeast bool, why string) report.Check {
+		return report.Check{Target: target, Figure: fig, Reference: ref, Bound: bound, AtLeast: atLeast, NotRun: why}
+	}
+
+	for _, c := range transitionClients(r) {
+		target := fmt.Sprintf("transitions >= 0.5 x pgbench (%d)", c)
+		svc, why1 := get(fmt.Sprintf("redeem-rest-c%d", c))
+		ref, why2 := get(fmt.Sprintf("ref-pgbench-c%d", c))
+		if svc == nil || ref == nil {
+			out = append(out, notRun(target, "redeem REST tx/s", "pgbench tx/s", 0.5, true, first(why1, why2)))
+			continue
+		}
+		out = append(out, report.NewCheck(target, "redeem REST", svc.Latency.PerSec, "/s", fmt.Sprintf("pgbench -c %d", c), ref.Latency.PerSec, 0.5, true))
+	}
+
+	if x, why := get("read-rest-unloaded"); x == nil {
+		out = append(out, notRun("REST GET p50 <= 0.5 ms unloaded", "GET p50", "0.5 ms", 1, false, why))
+	} else {
+		out = append(out, report.NewCheck("REST GET p50 <= 0.5 ms unloaded", "GET p50", ms(x.Latency.P50), "ms", "target 0.5 ms", 0.5, 1, false))
+	}
+
+	var readLoaded []string
+	for _, x := range r.Results {
+		if x.Group == "read" && x.ID != "read-rest-unloaded" && x.ID != "read-graphql-unloaded" && len(x.ID) > 10 && x.ID[:10] == "read-rest-" {
+			readLoaded = append(readLoaded, x.ID[len("read-rest-"):])
+		}
+	}
+	if len(readLoaded) == 0 {
+		readLoaded = []string{"c16"}
+	}
+	for _, suffix := range readLoaded {
+		target := "REST GET throughput >= 0.8 x minimal handler"
+		svc, why1 := get("read-rest-" + suffix)
+		ref, why2 := get("ref-read-floor-" + suffix)
+		if svc == nil || ref == nil {
+			out = append(out, notRun(target, "GET req/s", "floor req/s", 0.8, true, first(why1, why2)))
+			continue
+		}
+		out = append(out, report.NewCheck(target, "GET REST "+suffix, svc.Latency.PerSec, "/s", "floor "+suffix, ref.Latency.PerSec, 0.8, true))
+	}
+
+	{
+		target := "GraphQL read <= 1.3 x REST read latency"
+		g, why1 := get("read-graphql-unloaded")
+		rr, why2 := get("read-rest-unloaded")
+		if g == nil || rr == nil {
+			out = append(out, notRun(target, "GraphQL p50", "REST p50", 1.3, false, first(why1, why2)))
+		} else {
+			out = append(out, report.NewCheck(target, "GraphQL p50 unloaded", ms(g.Latency.P50), "ms", "REST p50 unloaded", ms(rr.Latency.P50), 1.3, false))
+		}
+	}
+
+	if x, why := get("subs-idle"); x == nil {
+		out = append(out, notRun("<= 16 KiB per idle subscription", "RSS per subscription", "16 KiB", 1, false, why))
+	} else if v, ok := figure(x, "memory per subscription (RSS)"); ok {
+		out = append(out, report.NewCheck("<= 16 KiB per idle subscription", "RSS per subscription", v, "KiB", "target 16 KiB", 16, 1, false))
+	}
+
+	if x, why := get("subs-c2c"); x == nil {
+		out = append(out, notRun("commit->subscriber p99 <= 5 ms at 1000/s", "p99", "5 ms", 1, false, why))
+	} else {
+		out = append(out, report.NewCheck("commit->subscriber p99 <= 5 ms at 1000/s", "commit->subscriber p99", ms(x.Latency.P99), "ms", "target 5 ms", 5, 1, false))
+	}
+
+	{
+		target := "fan-out per subscriber <= 1.5 x bare websocket"
+		svc, why1 := get("subs-fanout")
+		ref, why2 := get("ref-ws-floor-fanout")
+		if svc == nil || ref == nil {
+			out = append(out, notRun(target, "cost per subscriber", "floor", 1.5, false, first(why1, why2)))
+		} else {
+			a, _ := figure(svc, "cost per subscriber")
+			b, _ := figure(ref, "cost per subscriber")
+			out = append(out, report.NewCheck(target, "service cost per subscriber", a, "µs", "bare websocket floor", b, 1.5, false))
+		}
+	}
+
+	if x, why := get("webhook-latency"); x == nil {
+		out = append(out, notRun("webhook commit->first attempt p99 <= 50 ms", "p99", "50 ms", 1, false, why))
+	} else {
+		out = append(out, report.NewCheck("webhook commit->first attempt p99 <= 50 ms", "commit->first attempt p99", ms(x.Latency.P99), "ms", "target 50 ms", 50, 1, false))
+	}
+	return out
+}
+
+func first(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// transitionClients lists the client counts the run measured transitions at.
+func transitionClients(r *report.Run) []int {
+	var out []int
+	seen := map[int]bool{}
+	for _, x := range r.Results {
+		var c int
+		if _, err := fmt.Sscanf(x.ID, "redeem-rest-c%d", &c); err == nil && !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	return out
+}

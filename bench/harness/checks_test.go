@@ -1,0 +1,61 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voucherd/voucherd/bench/report"
+	"github.com/voucherd/voucherd/bench/stats"
+)
+
+func TestChecks(t *testing.T) {
+	lat := func(rate float64, p50, p99 time.Duration) *stats.Summary {
+		return &stats.Summary{Count: 1, PerSec: rate, P50: p50, P99: p99}
+	}
+	run := &report.Run{Results: []*report.Result{
+		{ID: "ref-pgbench-c16", Latency: lat(1000, 0, 0)},
+		{ID: "redeem-rest-c16", Latency: lat(600, 0, 0)},
+		{ID: "ref-pgbench-c64", Latency: lat(1000, 0, 0)},
+		{ID: "redeem-rest-c64", Latency: lat(400, 0, 0)},
+		{ID: "read-rest-unloaded", Group: "read", Latency: lat(0, 400*time.Microsecond, 0)},
+		{ID: "read-graphql-unloaded", Group: "read", Latency: lat(0, 600*time.Microsecond, 0)},
+		{ID: "read-rest-c16", Group: "read", NotRun: "the service has no GET voucher yet"},
+		{ID: "subs-idle", Latency: lat(0, 0, 0), Figures: []report.Figure{{Name: "memory per subscription (RSS)", Value: 12}}},
+	}}
+	got := map[string]string{}
+	for _, c := range checks(run) {
+		res := "MISSED"
+		switch {
+		case c.NotRun != "":
+			res = "NOT RUN"
+		case c.Met:
+			res = "MET"
+		}
+		got[c.Target+" "+c.Figure] = res
+	}
+	want := map[string]string{
+		"transitions >= 0.5 x pgbench (16) redeem REST":                      "MET",
+		"transitions >= 0.5 x pgbench (64) redeem REST":                      "MISSED",
+		"REST GET p50 <= 0.5 ms unloaded GET p50":                            "MET",
+		"REST GET throughput >= 0.8 x minimal handler GET req/s":             "NOT RUN",
+		"GraphQL read <= 1.3 x REST read latency GraphQL p50 unloaded":       "MISSED",
+		"<= 16 KiB per idle subscription RSS per subscription":               "MET",
+		"commit->subscriber p99 <= 5 ms at 1000/s p99":                       "NOT RUN",
+		"fan-out per subscriber <= 1.5 x bare websocket cost per subscriber": "NOT RUN",
+		"webhook commit->first attempt p99 <= 50 ms p99":                     "NOT RUN",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: %q, want %q (all: %v)", k, got[k], v, got)
+		}
+	}
+	var b strings.Builder
+	run.Checks = checks(run)
+	run.WriteTable(&b)
+	for _, s := range []string{"MET", "MISSED", "NOT RUN: read-rest-c16: the service has no GET voucher yet", "not run: the service has no GET voucher yet"} {
+		if !strings.Contains(b.String(), s) {
+			t.Errorf("table lacks %q:\n%s", s, b.String())
+		}
+	}
+}

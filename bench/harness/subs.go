@@ -1,0 +1,676 @@
+package harness
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/voucherd/voucherd/bench/pgref"
+	"github.com/voucherd/voucherd/bench/proc"
+	"github.com/voucherd/voucherd/bench/report"
+	"github.com/voucherd/voucherd/bench/stats"
+	"github.com/voucherd/voucherd/bench/wsclient"
+)
+
+// loopbackSources spreads client connections over several source addresses
+// so twenty thousand of them never run out of ephemeral ports.
+var loopbackSources = []string{"127.0.0.1", "127.0.0.2", "127.0.0.3", "127.0.0.4"}
+
+// subSet is a set of client connections.
+type subSet struct {
+	conns   []*wsclient.Conn
+	ended   atomic.Int64 // Run returned
+	broken  atomic.Int64 // Run returned an error (not our Close)
+	wg      sync.WaitGroup
+	connect *stats.Recorder
+}
+
+// openSubs opens n connections to url with parallel dialers. For GraphQL
+// (token != nil) each sends connection_init and the subscriptions ops(i)
+// returns; for the bare floor (token == nil) it only connects. h receives
+// every data message with the connection's index.
+func openSubs(ctx context.Context, url string, token *string, n, parallel int, ops func(i int) []op, h func(i int, m wsclient.Message, at time.Time)) (*subSet, error) {
+	s := &subSet{conns: make([]*wsclient.Conn, n), connect: stats.NewRecorder(n)}
+	var next atomic.Int64
+	var firstErr error
+	var emu sync.Mutex
+	var wg sync.WaitGroup
+	for w := 0; w < parallel; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				i := int(next.Add(1)) - 1
+				if i >= n || ctx.Err() != nil {
+					return
+				}
+				t := time.Now()
+				c, err := s.dial(ctx, url, token, i, ops)
+				if err != nil {
+					emu.Lock()
+					if firstErr == nil {
+						firstErr = fmt.Errorf("connection %d: %w", i, err)
+					}
+					emu.Unlock()
+					next.Store(int64(n)) // stop the other dialers
+					return
+				}
+				s.connect.Add(time.Since(t))
+				s.conns[i] = c
+				s.wg.Add(1)
+				go func() {
+					defer s.wg.Done()
+					var err error
+					if token != nil {
+						err = c.Run(func(m wsclient.Message, at time.Time) { h(i, m, at) })
+					} else {
+						err = c.RunRaw(func(data []byte, at time.Time) { h(i, wsclient.Message{Type: "raw", Raw: data}, at) })
+					}
+					if err != nil {
+						s.broken.Add(1)
+					}
+					s.ended.Add(1)
+				}()
+			}
+		}()
+	}
+	wg.Wait()
+	if firstErr != nil {
+		s.close()
+		return nil, firstErr
+	}
+	return s, nil
+}
+
+type op struct {
+	id, query string
+	vars      map[string]any
+}
+
+func (s *subSet) dial(ctx context.Context, url string, token *string, i int, ops func(i int) []op) (*wsclient.Conn, error) {
+	sub := ""
+	if token != nil {
+		sub = wsclient.Subprotocol
+	}
+	c, err := wsclient.Dial(ctx, url, sub, loopbackSources[i%len(loopbackSources)])
+	if err != nil {
+		return nil, err
+	}
+	if token == nil {
+		return c, nil
+	}
+	if err := c.Init(*token, 30*time.Second); err != nil {
+		c.Close()
+		return nil, err
+	}
+	for _, o := range ops(i) {
+		if err := c.Subscribe(o.id, o.query, o.vars); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// close drops every connection and waits for the readers to end.
+func (s *subSet) close() {
+	for _, c := range s.conns {
+		if c != nil {
+			c.Close()
+		}
+	}
+	s.wg.Wait()
+}
+
+const voucherSelection = `{ id version status updatedAt }`
+
+// update is the part of a voucherUpdated message the bench reads.
+type update struct {
+	Data struct {
+		VoucherUpdated struct {
+			ID      string `json:"id"`
+			Version int    `json:"version"`
+		} `json:"voucherUpdated"`
+	} `json:"data"`
+	Errors []json.RawMessage `json:"errors"`
+}
+
+func parseUpdate(m wsclient.Message) (update, error) {
+	var u update
+	if m.Type != "next" {
+		return u, fmt.Errorf("%s: %s", m.Type, m.Payload)
+	}
+	if err := json.Unmarshal(m.Payload, &u); err != nil {
+		return u, err
+	}
+	if len(u.Errors) > 0 {
+		return u, fmt.Errorf("subscription error: %s", u.Errors[0])
+	}
+	return u, nil
+}
+
+func (s *pgScenarios) wsURL() string { return "ws://" + s.svc.Addr + "/graphql" }
+
+// redeemAll redeems ids as the payee with 16 clients (setup, not measured).
+func (s *pgScenarios) redeemAll(ctx context.Context, token string, ids []string) error {
+	var firstErr atomic.Value
+	parallel(ctx, 16, len(ids), func(ctx context.Context, i int) error {
+		_, err := s.api.Redeem(ctx, token, ids[i])
+		if err != nil {
+			firstErr.CompareAndSwap(nil, err)
+		}
+		return err
+	})
+	if err, ok := firstErr.Load().(error); ok {
+		return err
+	}
+	return nil
+}
+
+// commitToClient: one subscriber per voucher (the payer watching it by id)
+// while negotiations run at a fixed rate, each voucher changing once per
+// second. Latency is from the writer's response (the service answers only
+// after commit, so this is at most the commit-to-client time) to the
+// subscriber reading the update; the write-to-client time (from sending
+// the request) is reported beside it as the upper bound.
+func (s *pgScenarios) commitToClient(ctx context.Context) {
+	h := s.h
+	const id = "subs-c2c"
+	name := fmt.Sprintf("commit→subscriber, 1 sub/voucher, %.0f transitions/s", h.cfg.C2CRate)
+	if r := s.setupReason("reserve-voucher", "redeem-voucher", "negotiate-voucher", "voucherUpdated(id:)"); r != "" {
+		h.notRun(id, "subscriptions", name, r)
+		return
+	}
+	err := guard(func() error {
+		k := int(h.cfg.C2CRate)
+		run, err := s.seed(ctx, s.clone, 1, k)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, k)
+		index := map[string]int{}
+		for i := range ids {
+			ids[i] = pgref.SeedID(run, 0, i+1)
+			index[ids[i]] = i
+		}
+		if err := s.redeemAll(ctx, s.payee, ids); err != nil {
+			return fmt.Errorf("setup redeem: %w", err)
+		}
+		// Each voucher's k-th negotiation after the initial state makes
+		// version initial+k; updates are matched to transitions by version,
+		// so a repeated or coalesced message cannot pair with the wrong one.
+		var mu sync.Mutex
+		initialVer := make([]int, k)
+		recvs := make([]map[int]time.Time, k)
+		var bad atomic.Int64
+		var badMsg atomic.Value
+		initial := atomic.Int64{}
+		subs, err := openSubs(ctx, s.wsURL(), &s.payer.Token, k, 32,
+			func(i int) []op {
+				return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
+			},
+			func(i int, m wsclient.Message, at time.Time) {
+				u, err := parseUpdate(m)
+				if err != nil || u.Data.VoucherUpdated.ID != ids[i] {
+					bad.Add(1)
+					badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+					return
+				}
+				ver := u.Data.VoucherUpdated.Version
+				mu.Lock()
+				defer mu.Unlock()
+				if recvs[i] == nil {
+					recvs[i] = map[int]time.Time{}
+					initialVer[i] = ver
+					initial.Add(1)
+					return
+				}
+				if _, seen := recvs[i][ver]; !seen {
+					recvs[i][ver] = at
+				}
+			})
+		if err != nil {
+			return err
+		}
+		defer subs.close()
+		if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
+			return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
+		}
+		type sent struct{ t0, t1 time.Time }
+		sends := make([][]sent, k)
+		prof := s.profile(id)
+		smp := sampler(s.svc, true)
+		neg := stats.NewRecorder(0)
+		n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
+			v := i % k
+			t0 := time.Now()
+			if err := s.api.Negotiate(ctx, s.payer.Token, ids[v]); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			neg.Add(t1.Sub(t0))
+			mu.Lock()
+			sends[v] = append(sends[v], sent{t0, t1})
+			mu.Unlock()
+			return nil
+		})
+		time.Sleep(2 * time.Second) // let the last updates arrive
+		usage := stopSampler(smp, s.svc, true)
+		prof()
+		mu.Lock()
+		defer mu.Unlock()
+		var c2c, w2c []time.Duration
+		missing := int64(0)
+		for v := range sends {
+			for j, snd := range sends[v] {
+				at, ok := recvs[v][initialVer[v]+j+1]
+				if !ok {
+					missing++
+					continue
+				}
+				c2c = append(c2c, max(at.Sub(snd.t1), 0))
+				w2c = append(w2c, at.Sub(snd.t0))
+			}
+		}
+		ok := int64(len(c2c))
+		sum := stats.Summarize(c2c, missing+bad.Load()+subs.broken.Load(), elapsed, nil)
+		ws := stats.Summarize(w2c, 0, elapsed, nil)
+		ns := neg.Summary(elapsed)
+		es := errs.Summary(elapsed)
+		sum.ErrorMsg = es.ErrorMsg
+		if v, _ := badMsg.Load().(string); v != "" {
+			sum.ErrorMsg = append(sum.ErrorMsg, v)
+		}
+		h.add(&report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage,
+			Figures: []report.Figure{
+				{Name: "transitions sent", Value: float64(n), Unit: ""},
+				{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
+				{Name: "achieved transition rate", Value: float64(int64(n)-es.Errors) / elapsed.Seconds(), Unit: "/s"},
+				{Name: "updates delivered", Value: float64(ok), Unit: ""},
+				{Name: "updates missing", Value: float64(missing), Unit: ""},
+				{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
+				{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
+				{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
+				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
+				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
+			}})
+		return nil
+	})
+	if err != nil {
+		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
+	}
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+// business creates (once) a business owned by the bench's user.
+func (s *pgScenarios) business(ctx context.Context) (string, error) {
+	if s.bizErr != nil || s.biz != "" {
+		return s.biz, s.bizErr
+	}
+	var b struct {
+		ID string `json:"id"`
+	}
+	s.bizErr = s.api.Do(ctx, http.MethodPost, "/api/v1/businesses/create-business", s.user.Token, map[string]any{"name": "voucherbench"}, &b)
+	s.biz = b.ID
+	return s.biz, s.bizErr
+}
+
+// fanout: N dashboard subscriptions on one business; each business voucher
+// change must reach all of them. The same N connections to the bare floor
+// server receive a pre-built frame of the same size, the least any server
+// could do. Cost per subscriber is the time from commit (floor: from the
+// broadcast request) until the last subscriber has the update, over N.
+func (s *pgScenarios) fanout(ctx context.Context) {
+	h := s.h
+	n := h.cfg.FanoutSubs
+	const id, fid = "subs-fanout", "ref-ws-floor-fanout"
+	name := fmt.Sprintf("fan-out: %d subscribers on one business", n)
+	fname := fmt.Sprintf("floor: bare websocket, 1 frame to %d conns", n)
+	if r := s.setupReason("reserve-voucher", "redeem-voucher", "negotiate-voucher", "create-business", "voucherUpdated(businessId:)"); r != "" {
+		h.notRun(id, "subscriptions", name, r)
+		h.notRun(fid, "references", fname, r)
+		return
+	}
+	var frame []byte
+	err := guard(func() error {
+		biz, err := s.business(ctx)
+		if err != nil {
+			return err
+		}
+		v, err := s.api.Reserve(ctx, s.user.Token, s.sess.Code, biz)
+		if err != nil {
+			return err
+		}
+		if _, err := s.api.Redeem(ctx, s.user.Token, v.ID); err != nil {
+			return err
+		}
+		var mu sync.Mutex
+		byVersion := map[int][]time.Time{}
+		var bad atomic.Int64
+		var badMsg atomic.Value
+		subs, err := openSubs(ctx, s.wsURL(), &s.user.Token, n, 32,
+			func(int) []op {
+				return []op{{id: "1", query: `subscription($b: ID!) { voucherUpdated(businessId: $b) ` + voucherSelection + ` }`, vars: map[string]any{"b": biz}}}
+			},
+			func(i int, m wsclient.Message, at time.Time) {
+				u, err := parseUpdate(m)
+				if err != nil {
+					bad.Add(1)
+					badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+					return
+				}
+				if u.Data.VoucherUpdated.ID != v.ID {
+					return
+				}
+				mu.Lock()
+				byVersion[u.Data.VoucherUpdated.Version] = append(byVersion[u.Data.VoucherUpdated.Version], at)
+				if frame == nil {
+					frame = append([]byte(nil), m.Raw...)
+				}
+				mu.Unlock()
+			})
+		if err != nil {
+			return err
+		}
+		defer subs.close()
+		count := func(ver int) int { mu.Lock(); defer mu.Unlock(); return len(byVersion[ver]) }
+		latest := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			best := 0
+			for ver := range byVersion {
+				best = max(best, ver)
+			}
+			return best
+		}
+		// Warm-up events until every subscriber receives one: that is
+		// when all N subscriptions are registered.
+		ready := false
+		for attempt := 0; attempt < 10 && !ready; attempt++ {
+			if err := s.api.Negotiate(ctx, s.payer.Token, v.ID); err != nil {
+				return err
+			}
+			time.Sleep(100 * time.Millisecond)
+			ready = waitFor(ctx, 5*time.Second, func() bool { ver := latest(); return ver > 0 && count(ver) >= n })
+		}
+		if !ready {
+			return fmt.Errorf("subscribers never all received an update (latest version reached %d of %d; bad messages %d %v)", count(latest()), n, bad.Load(), badMsg.Load())
+		}
+		var completions, per []time.Duration
+		incomplete := 0
+		smp := sampler(s.svc, true)
+		prof := s.profile(id)
+		for e := 0; e < h.cfg.FanoutEvents; e++ {
+			before := latest()
+			if err := s.api.Negotiate(ctx, s.payer.Token, v.ID); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			ver := before + 1
+			if !waitFor(ctx, 10*time.Second, func() bool { return count(ver) >= n }) {
+				incomplete++
+			}
+			mu.Lock()
+			last := t1
+			for _, at := range byVersion[ver] {
+				per = append(per, max(at.Sub(t1), 0))
+				if at.After(last) {
+					last = at
+				}
+			}
+			mu.Unlock()
+			completions = append(completions, last.Sub(t1))
+			time.Sleep(50 * time.Millisecond)
+		}
+		usage := stopSampler(smp, s.svc, true)
+		prof()
+		cs := stats.Summarize(completions, int64(incomplete), 0, nil)
+		sum := stats.Summarize(per, int64(incomplete)+bad.Load(), 0, nil)
+		deliveries := float64(len(per))
+		res := &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "delivery", Latency: &sum, Usage: usage,
+			Figures: []report.Figure{
+				{Name: "events", Value: float64(h.cfg.FanoutEvents), Unit: ""},
+				{Name: "last subscriber p50", Value: ms(cs.P50), Unit: "ms"},
+				{Name: "last subscriber p99", Value: ms(cs.P99), Unit: "ms"},
+				{Name: "cost per subscriber", Value: float64(cs.P50) / float64(n) / float64(time.Microsecond), Unit: "µs"},
+			}}
+		if usage != nil && deliveries > 0 {
+			res.Figures = append(res.Figures, report.Figure{Name: "service CPU per delivery (whole phase)", Value: float64(usage.CPU) / deliveries / float64(time.Microsecond), Unit: "µs"})
+		}
+		h.add(res)
+		return nil
+	})
+	if err != nil {
+		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
+		h.notRun(fid, "references", fname, "the service side did not run, so there is no frame to send")
+		return
+	}
+	if err := guard(func() error { return s.floorFanout(ctx, fid, fname, frame) }); err != nil {
+		h.notRun(fid, "references", fname, "failed: "+err.Error())
+	}
+}
+
+// floorFanout is the bare websocket floor for fanout, with the frame the
+// service sent.
+func (s *pgScenarios) floorFanout(ctx context.Context, id, name string, frame []byte) error {
+	h := s.h
+	n := h.cfg.FanoutSubs
+	addr, err := FreeAddr()
+	if err != nil {
+		return err
+	}
+	cfgPath := filepath.Join(h.cfg.OutDir, "floor-ws.json")
+	if err := os.WriteFile(cfgPath, mustJSON(map[string]any{"addr": addr}), 0o600); err != nil {
+		return err
+	}
+	fl, err := StartProcess("floor", h.cfg.Self, []string{"floor", "-config", cfgPath}, nil, addr, "/count")
+	if err != nil {
+		return err
+	}
+	defer fl.Stop()
+	var mu sync.Mutex
+	seen := make([]int, n)
+	byEvent := map[int][]time.Time{}
+	subs, err := openSubs(ctx, "ws://"+addr+"/ws", nil, n, 32, nil, func(i int, m wsclient.Message, at time.Time) {
+		mu.Lock()
+		seen[i]++
+		byEvent[seen[i]] = append(byEvent[seen[i]], at)
+		mu.Unlock()
+	})
+	if err != nil {
+		return err
+	}
+	defer subs.close()
+	api := NewAPI(fl.URL, 4)
+	if !waitFor(ctx, 10*time.Second, func() bool {
+		b, err := api.Raw(ctx, http.MethodGet, "/count", "", nil)
+		return err == nil && string(b) == fmt.Sprint(n)
+	}) {
+		return errors.New("floor did not see every connection")
+	}
+	count := func(e int) int { mu.Lock(); defer mu.Unlock(); return len(byEvent[e]) }
+	smp := sampler(fl, false)
+	var completions, per []time.Duration
+	incomplete := 0
+	for e := 0; e <= h.cfg.FanoutEvents; e++ {
+		t0 := time.Now()
+		if _, err := api.Raw(ctx, http.MethodPost, "/broadcast", "", frame); err != nil {
+			return err
+		}
+		if !waitFor(ctx, 10*time.Second, func() bool { return count(e+1) >= n }) {
+			incomplete++
+		}
+		if e == 0 {
+			continue // warm-up
+		}
+		mu.Lock()
+		last := t0
+		for _, at := range byEvent[e+1] {
+			per = append(per, at.Sub(t0))
+			if at.After(last) {
+				last = at
+			}
+		}
+		mu.Unlock()
+		completions = append(completions, last.Sub(t0))
+		time.Sleep(50 * time.Millisecond)
+	}
+	usage := stopSampler(smp, fl, false)
+	cs := stats.Summarize(completions, int64(incomplete), 0, nil)
+	sum := stats.Summarize(per, int64(incomplete), 0, nil)
+	res := &report.Result{ID: id, Group: "references", Name: name, Unit: "delivery", Latency: &sum, Usage: usage,
+		Figures: []report.Figure{
+			{Name: "frame bytes", Value: float64(len(frame)), Unit: "B"},
+			{Name: "last subscriber p50", Value: ms(cs.P50), Unit: "ms"},
+			{Name: "last subscriber p99", Value: ms(cs.P99), Unit: "ms"},
+			{Name: "cost per subscriber", Value: float64(cs.P50) / float64(n) / float64(time.Microsecond), Unit: "µs"},
+		}}
+	if usage != nil && len(per) > 0 {
+		res.Figures = append(res.Figures, report.Figure{Name: "floor CPU per delivery (whole phase)", Value: float64(usage.CPU) / float64(len(per)) / float64(time.Microsecond), Unit: "µs"})
+	}
+	h.add(res)
+	return nil
+}
+
+// idle: many idle voucherUpdated subscriptions; what each costs the
+// service in memory and goroutines, and whether everything is given back
+// when the clients go away.
+func (s *pgScenarios) idle(ctx context.Context) {
+	h := s.h
+	const id = "subs-idle"
+	subsWanted := h.cfg.IdleSubs
+	name := fmt.Sprintf("%d idle voucherUpdated subscriptions", subsWanted)
+	arg := "sessionId"
+	if !s.feat.subArgs["sessionId"] && s.feat.subArgs["id"] {
+		arg = "id"
+	}
+	needs := []string{"voucherUpdated(" + arg + ":)"}
+	if arg == "id" {
+		needs = append(needs, "reserve-voucher", "redeem-voucher")
+	}
+	if r := s.setupReason(needs...); r != "" {
+		h.notRun(id, "subscriptions", name, r)
+		return
+	}
+	err := guard(func() error {
+		s.api.CloseIdle()
+		// Each connection is a file descriptor in both processes; the hard
+		// limit (which a process without CAP_SYS_RESOURCE cannot raise)
+		// decides how many fit. Subscriptions beyond that share
+		// connections, two per connection.
+		used := max(OpenFiles(os.Getpid()), OpenFiles(s.svc.Pid()))
+		budget := int(h.fdLm) - used - 300
+		conns := min(subsWanted, budget)
+		if conns < subsWanted/2 {
+			return fmt.Errorf("file descriptor limit %d allows only %d connections", h.fdLm, conns)
+		}
+		extra := subsWanted - conns
+		query := `subscription($s: ID!) { voucherUpdated(sessionId: $s) ` + voucherSelection + ` }`
+		vars := map[string]any{"s": s.sess.ID}
+		if arg == "id" {
+			query = `subscription($s: ID!) { voucherUpdated(id: $s) ` + voucherSelection + ` }`
+			vars = map[string]any{"s": s.readID}
+		}
+		metrics := s.svc.URL + "/metrics"
+		time.Sleep(2 * time.Second)
+		gc := s.h.collect(s.pprof, "")
+		base, err := proc.Take(ctx, s.svc.Pid(), http.DefaultClient, metrics)
+		if err != nil {
+			return err
+		}
+		var msgs atomic.Int64
+		t0 := time.Now()
+		subs, err := openSubs(ctx, s.wsURL(), &s.payer.Token, conns, 64,
+			func(i int) []op {
+				ops := []op{{id: "1", query: query, vars: vars}}
+				if i < extra {
+					ops = append(ops, op{id: "2", query: query, vars: vars})
+				}
+				return ops
+			},
+			func(int, wsclient.Message, time.Time) { msgs.Add(1) })
+		if err != nil {
+			return err
+		}
+		connectTime := time.Since(t0)
+		time.Sleep(3 * time.Second) // the last subscribe messages are processed
+		peak, err := proc.Take(ctx, s.svc.Pid(), http.DefaultClient, metrics)
+		if err != nil {
+			subs.close()
+			return err
+		}
+		// The live heap with every subscription open (after a collection,
+		// so garbage does not count), and its profile for the report.
+		live := peak
+		if gc && s.h.collect(s.pprof, "subs-idle.heap.pprof") {
+			if m, err := proc.ScrapeMetrics(ctx, http.DefaultClient, metrics); err == nil {
+				live.HeapInuse = m.HeapInuse
+			}
+		}
+		alive := int64(conns) - subs.ended.Load()
+		subs.close()
+		t1 := time.Now()
+		back := waitFor(ctx, 60*time.Second, func() bool {
+			m, err := proc.ScrapeMetrics(ctx, http.DefaultClient, metrics)
+			return err == nil && m.Goroutines <= base.Goroutines+5
+		})
+		drain := time.Since(t1)
+		time.Sleep(2 * time.Second)
+		if gc {
+			s.h.collect(s.pprof, "subs-idle.after.heap.pprof")
+		}
+		after, err := proc.Take(ctx, s.svc.Pid(), http.DefaultClient, metrics)
+		if err != nil {
+			return err
+		}
+		cs := s.connectSummary(subs, connectTime)
+		cs.Errors = int64(conns) - alive
+		per := func(a, b int64) float64 { return float64(a-b) / float64(subsWanted) }
+		res := &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "conn", Latency: &cs,
+			Usage: &proc.Usage{StartRSS: base.RSS, PeakRSS: peak.RSS, EndRSS: after.RSS, PeakGoroutines: peak.Goroutines,
+				EndGoroutines: after.Goroutines, PeakHeapInuse: peak.HeapInuse, CPU: after.CPU - base.CPU},
+			Figures: []report.Figure{
+				{Name: "subscriptions", Value: float64(subsWanted), Unit: ""},
+				{Name: "connections", Value: float64(conns), Unit: ""},
+				{Name: "connections alive at the peak", Value: float64(alive), Unit: ""},
+				{Name: "memory per subscription (RSS)", Value: per(peak.RSS, base.RSS) / 1024, Unit: "KiB"},
+				{Name: "live Go heap per subscription (after GC)", Value: per(live.HeapInuse, base.HeapInuse) / 1024, Unit: "KiB"},
+				{Name: "goroutines per subscription", Value: per(peak.Goroutines, base.Goroutines), Unit: ""},
+				{Name: "goroutines before / peak / after", Value: float64(base.Goroutines), Unit: fmt.Sprintf("/ %d / %d", peak.Goroutines, after.Goroutines)},
+				{Name: "live heap before / with subs / after (MiB, after GC)", Value: float64(base.HeapInuse) / (1 << 20), Unit: fmt.Sprintf("/ %.1f / %.1f", float64(live.HeapInuse)/(1<<20), float64(after.HeapInuse)/(1<<20))},
+				{Name: "RSS before / peak / after (MiB)", Value: float64(base.RSS) / (1 << 20), Unit: fmt.Sprintf("/ %.1f / %.1f", float64(peak.RSS)/(1<<20), float64(after.RSS)/(1<<20))},
+				{Name: "goroutines back to baseline", Value: b2f(back), Unit: fmt.Sprintf("(1 = yes, after %.1f s)", drain.Seconds())},
+				{Name: "messages received while idle", Value: float64(msgs.Load()), Unit: ""},
+			}}
+		if !gc {
+			res.Notes = append(res.Notes, "the service has no pprof endpoint (VOUCHER_PPROF_ADDR): heap figures include uncollected garbage")
+		}
+		if extra > 0 {
+			res.Notes = append(res.Notes, fmt.Sprintf("the hard file-descriptor limit (%d) allows %d connections; %d of them carry two subscriptions", h.fdLm, conns, extra))
+		}
+		h.add(res)
+		return nil
+	})
+	if err != nil {
+		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
+	}
+}
+
+func (s *pgScenarios) connectSummary(subs *subSet, elapsed time.Duration) stats.Summary {
+	return subs.connect.Summary(elapsed)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,69 @@
+package proc
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseStatCPU(t *testing.T) {
+	tests := []struct {
+		name, stat string
+		want       time.Duration
+		wantErr    bool
+	}{
+		{"plain", "123 (voucherd) S 1 123 123 0 -1 4194560 100 0 0 0 250 50 0 0 20 0 9 0 1000 0 0", 3 * time.Second, false},
+		{"name with spaces and parens", "9 (a (b) c) R 1 9 9 0 -1 0 0 0 0 0 7 3 0 0 20 0 1 0 1 0 0", 100 * time.Millisecond, false},
+		{"truncated", "9 (x) R 1 2", 0, true},
+		{"no name", "garbage", 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseStatCPU(tt.stat)
+			if (err != nil) != tt.wantErr || got != tt.want {
+				t.Fatalf("parseStatCPU = %v, %v; want %v, err %v", got, err, tt.want, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	body := `# HELP go_goroutines Number of goroutines that currently exist.
+# TYPE go_goroutines gauge
+go_goroutines 42
+go_memstats_heap_inuse_bytes 1.2345e+07
+go_threads 9
+`
+	m, err := parseMetrics(strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Goroutines != 42 || m.HeapInuse != 12345000 {
+		t.Fatalf("got %+v", m)
+	}
+	if _, err := parseMetrics(strings.NewReader("go_threads 9\n")); err == nil {
+		t.Fatal("missing series must be an error, not zeros")
+	}
+}
+
+func TestOwnProcess(t *testing.T) {
+	rss, err := RSS(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Fatalf("RSS = %d, %v; a Go test binary has more than 1 MiB resident", rss, err)
+	}
+	before, err := CPU(os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Burn a little CPU so the counter must move (tick is 10 ms).
+	deadline := time.Now().Add(60 * time.Millisecond)
+	x := 0
+	for time.Now().Before(deadline) {
+		x++
+	}
+	after, _ := CPU(os.Getpid())
+	if after <= before {
+		t.Fatalf("CPU did not advance: %v -> %v (x=%d)", before, after, x)
+	}
+}

@@ -1,0 +1,131 @@
+// Command voucherbench is `make bench`: it measures the voucherd binary on
+// a throwaway durable PostgreSQL (and on SQLite for the lifecycle) next to
+// references measured in the same run — pgbench running the service's own
+// redeem statements, a bare net/http handler doing the same primary-key
+// read, a bare websocket server fanning out one frame — and prints every
+// figure with its reference, ratio and target, writing bench/out/results.json
+// and bench/out/report.html. See docs/performance.md.
+//
+// "voucherbench floor -config FILE" is the floor servers' child process.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/voucherd/voucherd/bench/floor"
+	"github.com/voucherd/voucherd/bench/harness"
+)
+
+func main() {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "floor" {
+		err = runFloor(os.Args[2:], log)
+	} else {
+		err = runBench(os.Args[1:], log)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "voucherbench:", err)
+		os.Exit(1)
+	}
+}
+
+func runFloor(args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("floor", flag.ContinueOnError)
+	path := fs.String("config", "", "floor configuration (JSON)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(*path)
+	if err != nil {
+		return err
+	}
+	var cfg floor.Config
+	if err := json.Unmarshal(b, &cfg); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return floor.Serve(ctx, cfg, log)
+}
+
+func runBench(args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("voucherbench", flag.ContinueOnError)
+	var (
+		bin       = fs.String("voucherd", "bin/voucherd", "the service binary to measure")
+		out       = fs.String("out", "bench/out", "where results.json, report.html, scripts and profiles go")
+		duration  = fs.Duration("duration", 10*time.Second, "length of each loaded phase")
+		unloaded  = fs.Duration("unloaded", 3*time.Second, "length of each single-client latency phase")
+		warmup    = fs.Duration("warmup", time.Second, "unrecorded warm-up before each phase")
+		clients   = fs.String("clients", "16,64", "client counts for transitions (and pgbench connections)")
+		readC     = fs.Int("read-clients", 16, "clients for the loaded read phase")
+		lifeC     = fs.Int("lifecycle-clients", 16, "clients for the lifecycle")
+		maxTPS    = fs.Int("pgbench-max-tps", 6000, "upper bound on transition rate, for sizing pre-created vouchers")
+		idle      = fs.Int("idle-subs", 20000, "idle subscriptions")
+		c2cRate   = fs.Float64("c2c-rate", 1000, "transitions per second for commit-to-subscriber latency")
+		fanSubs   = fs.Int("fanout-subs", 5000, "subscribers on one business")
+		fanEvents = fs.Int("fanout-events", 20, "events fanned out to them")
+		whRate    = fs.Float64("webhook-rate", 100, "business redeems per second for webhook latency")
+		whBurst   = fs.Int("webhook-burst", 2000, "business redeems in the webhook throughput burst")
+		only      = fs.String("only", "", "comma-separated groups: transitions,read,lifecycle,webhooks,subscriptions (default all)")
+		profile   = fs.Bool("profile", false, "capture pprof CPU and allocation profiles of the service per scenario (needs VOUCHER_PPROF_ADDR support)")
+		timeout   = fs.Duration("timeout", 15*time.Minute, "give up after this long")
+	)
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var cs []int
+	for _, s := range strings.Split(*clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil || n <= 0 {
+			return fmt.Errorf("-clients: %q is not a positive number", s)
+		}
+		cs = append(cs, n)
+	}
+	groups := map[string]bool{}
+	for _, g := range strings.Split(*only, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			switch g {
+			case "transitions", "read", "lifecycle", "webhooks", "subscriptions":
+				groups[g] = true
+			default:
+				return fmt.Errorf("-only: unknown group %q", g)
+			}
+		}
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	vd, err := filepath.Abs(*bin)
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(vd); err != nil {
+		return fmt.Errorf("service binary: %w (run make bench, which builds it)", err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	_, err = harness.Run(ctx, harness.Config{
+		Voucherd: vd, Self: self, OutDir: *out, Only: groups,
+		Warmup: *warmup, Duration: *duration, Unloaded: *unloaded,
+		TransitionClients: cs, ReadClients: *readC, LifecycleClients: *lifeC, PgbenchMaxTPS: *maxTPS,
+		IdleSubs: *idle, C2CRate: *c2cRate, FanoutSubs: *fanSubs, FanoutEvents: *fanEvents,
+		WebhookRate: *whRate, WebhookBurst: *whBurst,
+		Profile: *profile, Log: log, Out: os.Stdout,
+	})
+	return err
+}
