@@ -8,9 +8,15 @@ package graph
 import (
 	"context"
 
+	"entgo.io/contrib/entgql"
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph/generated"
 )
+
+// Members is the resolver for the members field.
+func (r *businessResolver) Members(ctx context.Context, obj *ent.Business, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error) {
+	return r.Businesses.Members(ctx, obj, after, first, before, last, orderBy, where)
+}
 
 // Node is the resolver for the node field.
 func (r *queryResolver) Node(ctx context.Context, id string) (ent.Noder, error) {
@@ -19,18 +25,20 @@ func (r *queryResolver) Node(ctx context.Context, id string) (ent.Noder, error) 
 
 // Nodes is the resolver for the nodes field.
 func (r *queryResolver) Nodes(ctx context.Context, ids []string) ([]ent.Noder, error) {
-	out := make([]ent.Noder, len(ids))
-	for i, id := range ids {
-		n, err := r.node(ctx, id)
-		if err != nil {
-			return nil, err
-		}
-		out[i] = n
-	}
-	return out, nil
+	return r.nodes(ctx, ids)
 }
+
+// Business returns generated.BusinessResolver implementation.
+func (r *Resolver) Business() generated.BusinessResolver { return &businessResolver{r} }
 
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
+// WebhookDelivery returns generated.WebhookDeliveryResolver implementation.
+func (r *Resolver) WebhookDelivery() generated.WebhookDeliveryResolver {
+	return &webhookDeliveryResolver{r}
+}
+
+type businessResolver struct{ *Resolver }
 type queryResolver struct{ *Resolver }
+type webhookDeliveryResolver struct{ *Resolver }

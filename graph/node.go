@@ -2,6 +2,7 @@ package graph
 
 import (
 	"context"
+	"fmt"
 	"strings"
 
 	"github.com/voucherd/voucherd/ent"
@@ -14,7 +15,15 @@ import (
 // null, exactly like an id that does not exist.
 func (r *Resolver) nodeLoaders() map[string]func(context.Context, string) (ent.Noder, error) {
 	return map[string]func(context.Context, string) (ent.Noder, error){
-		ids.Session: func(ctx context.Context, id string) (ent.Noder, error) { return r.Sessions.Get(ctx, id) },
+		ids.Session:  func(ctx context.Context, id string) (ent.Noder, error) { return r.Sessions.Get(ctx, id) },
+		ids.Voucher:  func(ctx context.Context, id string) (ent.Noder, error) { return r.Vouchers.Get(ctx, id) },
+		ids.Business: func(ctx context.Context, id string) (ent.Noder, error) { return r.Businesses.Get(ctx, id) },
+		ids.BusinessUser: func(ctx context.Context, id string) (ent.Noder, error) {
+			return r.Businesses.GetUser(ctx, id)
+		},
+		ids.WebhookEndpoint: func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.EndpointByID(ctx, id) },
+		ids.Delivery:        func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.DeliveryByID(ctx, id) },
+		ids.Event:           func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.EventByID(ctx, id) },
 	}
 }
 
@@ -44,4 +53,21 @@ func nullIfNotFound[T any](v *T, err error) (*T, error) {
 		return nil, nil
 	}
 	return v, err
+}
+
+// nodes loads ids in order, null where node(id:) would be null. A page of
+// ids at most, like the connections.
+func (r *Resolver) nodes(ctx context.Context, ids []string) ([]ent.Noder, error) {
+	if len(ids) > MaxPageSize {
+		return nil, apperr.Invalid("ids", fmt.Sprintf("at most %d ids", MaxPageSize))
+	}
+	out := make([]ent.Noder, len(ids))
+	for i, id := range ids {
+		n, err := r.node(ctx, id)
+		if err != nil {
+			return nil, err
+		}
+		out[i] = n
+	}
+	return out, nil
 }

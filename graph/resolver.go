@@ -5,8 +5,13 @@ package graph
 
 import (
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/session"
+	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/internal/webhook"
 )
 
 //go:generate go run github.com/99designs/gqlgen generate --config ../gqlgen.yml
@@ -16,4 +21,14 @@ type Resolver struct {
 	Client   *ent.Client
 	Identity *identity.Service
 	Sessions *session.Service
+	// Businesses owns businesses and memberships.
+	Businesses *business.Service
+	// Webhooks owns webhook endpoints, events and deliveries.
+	Webhooks *webhook.Service
+	// Vouchers owns vouchers: their visibility, transitions and queries.
+	Vouchers *voucher.Service
+	// Finance serves the token registry and rates.
+	Finance *finance.Service
+	// Hub fans voucher changes out to voucherUpdated subscribers.
+	Hub *pubsub.Hub
 }

@@ -10,11 +10,22 @@ import (
 
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/payment"
 )
 
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*identity.Viewer, error) {
 	return r.Identity.Viewer(ctx)
+}
+
+// TransactionHash is the resolver for the transactionHash field.
+func (r *receiptResolver) TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error) {
+	return emptyAsNull(obj.TransactionHash), nil
+}
+
+// Amount is the resolver for the amount field.
+func (r *receiptResolver) Amount(ctx context.Context, obj *payment.Receipt) (*string, error) {
+	return emptyAsNull(obj.Amount), nil
 }
 
 // Kind is the resolver for the kind field.
@@ -25,8 +36,12 @@ func (r *viewerResolver) Kind(ctx context.Context, obj *identity.Viewer) (string
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
+// Receipt returns generated.ReceiptResolver implementation.
+func (r *Resolver) Receipt() generated.ReceiptResolver { return &receiptResolver{r} }
+
 // Viewer returns generated.ViewerResolver implementation.
 func (r *Resolver) Viewer() generated.ViewerResolver { return &viewerResolver{r} }
 
 type mutationResolver struct{ *Resolver }
+type receiptResolver struct{ *Resolver }
 type viewerResolver struct{ *Resolver }

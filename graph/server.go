@@ -1,13 +1,13 @@
 package graph
 
 import (
-	"bufio"
+	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"sync"
+	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -24,6 +24,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/ratelimit"
 )
 
 // Options configure the GraphQL server.
@@ -40,80 +41,161 @@ type Options struct {
 	KeepAlive time.Duration
 	// InitTimeout bounds the wait for connection_init.
 	InitTimeout time.Duration
+	// Base ends every websocket (gqlgen closes them with 1000) when it is
+	// done: the server's shutdown. Connections are detached from their
+	// HTTP request, so nothing else ends them. Nil means never.
+	Base context.Context
+	// MaxSubscriptionsPerConn caps the subscriptions one websocket may
+	// hold at once.
+	MaxSubscriptionsPerConn int
+	// Recheck is how often a subscription checks again, before sending,
+	// that its caller may still see what it follows (a membership can be
+	// deactivated while it runs).
+	Recheck time.Duration
+	// fieldHook observes field resolution (tests count renderings with it).
+	fieldHook graphql.FieldMiddleware
+	// RateLimit charges root fields to their REST twins' budgets and caps
+	// websocket connections and subscriptions per caller (nil: no limits).
+	RateLimit *ratelimit.Gate
 }
 
-// CloseForbidden is the websocket close code for a refused connection_init
-// (graphql-transport-ws uses 4403 Forbidden).
-const CloseForbidden = 4403
+// Defaults of Options.
+const (
+	DefaultComplexityLimit         = 5000
+	DefaultDepthLimit              = 12
+	DefaultKeepAlive               = 15 * time.Second
+	DefaultInitTimeout             = 10 * time.Second
+	DefaultMaxSubscriptionsPerConn = 32
+	DefaultRecheck                 = 30 * time.Second
+)
 
 // NewHandler returns the /graphql handler: POST and GET (queries only) over
-// HTTP, and websockets speaking graphql-transport-ws or the legacy graphql-ws.
+// HTTP, and websockets speaking graphql-transport-ws or the legacy
+// graphql-ws (subscriptions-transport-ws), plus /graphiql in development.
 func NewHandler(r *Resolver, opts Options) http.Handler {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
 	if opts.ComplexityLimit == 0 {
-		opts.ComplexityLimit = 1000
+		opts.ComplexityLimit = DefaultComplexityLimit
 	}
 	if opts.DepthLimit == 0 {
-		opts.DepthLimit = 12
+		opts.DepthLimit = DefaultDepthLimit
 	}
 	if opts.KeepAlive == 0 {
-		opts.KeepAlive = 15 * time.Second
+		opts.KeepAlive = DefaultKeepAlive
 	}
 	if opts.InitTimeout == 0 {
-		opts.InitTimeout = 10 * time.Second
+		opts.InitTimeout = DefaultInitTimeout
 	}
-	srv := handler.New(generated.NewExecutableSchema(generated.Config{Resolvers: r}))
-	ws := &transport.Websocket{
-		Upgrader: websocket.Upgrader{
-			// Small buffers and a shared write pool keep idle connections cheap.
-			ReadBufferSize:  1024,
-			WriteBufferSize: 1024,
-			WriteBufferPool: &sync.Pool{},
-			// Browsers send Origin; tokens, not cookies, authenticate here,
-			// so a cross-site page gains nothing from connecting.
-			CheckOrigin: func(*http.Request) bool { return true },
-		},
-		InitFunc:              initFunc(opts.Verifier),
-		InitTimeout:           opts.InitTimeout,
-		KeepAlivePingInterval: opts.KeepAlive,
-		PingPongInterval:      opts.KeepAlive,
+	if opts.MaxSubscriptionsPerConn == 0 {
+		opts.MaxSubscriptionsPerConn = DefaultMaxSubscriptionsPerConn
 	}
-	srv.AddTransport(ws)
+	if opts.Recheck == 0 {
+		opts.Recheck = DefaultRecheck
+	}
+	if opts.Base == nil {
+		opts.Base = context.Background()
+	}
+	lim := newLimits(opts.RateLimit)
+	present := presentError(opts.Log)
+	es := &execSchema{
+		ExecutableSchema: generated.NewExecutableSchema(generated.Config{Resolvers: r}),
+		present:          present,
+		recheck:          opts.Recheck,
+	}
+	srv := handler.New(es)
+	srv.AddTransport(newWSTransport(lim.wrapInit(initFunc(opts.Verifier, opts.Log)), opts.InitTimeout, httpx.MaxBodyBytes, opts.Log))
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(extension.FixedComplexityLimit(opts.ComplexityLimit))
 	srv.Use(depthLimit{max: opts.DepthLimit})
+	srv.Use(transportRules{})
 	if opts.Development {
 		srv.Use(extension.Introspection{})
 	}
-	srv.SetErrorPresenter(presentError(opts.Log))
+	srv.AroundFields(internalErrors)
+	if lim != nil {
+		srv.AroundFields(lim.aroundFields)
+	}
+	if opts.fieldHook != nil {
+		srv.AroundFields(opts.fieldHook)
+	}
+	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
 		opts.Log.ErrorContext(ctx, "graphql panic", "panic", v)
 		return apperr.New(apperr.Internal, "internal error")
 	})
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", captureConn(limitBody(srv)))
+	mux.Handle("/graphql", guardSockets(lim.middleware(limitBody(srv)), guardConfig{
+		readLimit: httpx.MaxBodyBytes, initTimeout: opts.InitTimeout, maxSubs: int32(opts.MaxSubscriptionsPerConn),
+		base: opts.Base, keepAlive: newKeepAlive(opts.KeepAlive),
+	}))
 	if opts.Development {
 		mux.Handle("GET /graphiql", playground.Handler("voucherd GraphiQL", "/graphql"))
 	}
 	return mux
 }
 
-// limitBody enforces the 1 MiB body limit with the REST door's status.
+type methodKey struct{}
+
+// limitBody enforces the 1 MiB body limit with the REST door's status
+// (413 payload_too_large), also for bodies sent without a length, and
+// notes the request method for transportRules.
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > httpx.MaxBodyBytes {
-			httpx.WriteError(w, r, nil, apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB"))
+		if websocket.IsWebSocketUpgrade(r) {
+			// Its messages are bounded by the transport's read limit, and
+			// the upgrade's GET says nothing about the operations on it.
+			next.ServeHTTP(w, r)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, httpx.MaxBodyBytes)
+		r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		tooBig := apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB")
+		if r.ContentLength > httpx.MaxBodyBytes {
+			httpx.WriteError(w, r, nil, tooBig)
+			return
+		}
+		// gqlgen reads the whole body anyway; reading it here lets an
+		// oversized chunked body get the same 413.
+		body, err := io.ReadAll(io.LimitReader(r.Body, httpx.MaxBodyBytes+1))
+		if err != nil {
+			httpx.WriteError(w, r, nil, apperr.New(apperr.ValidationFailed, "could not read the request body"))
+			return
+		}
+		if int64(len(body)) > httpx.MaxBodyBytes {
+			httpx.WriteError(w, r, nil, tooBig)
+			return
+		}
+		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r)
 	})
+}
+
+// internalErrors turns a plain error from a resolver into internal (the
+// services return *apperr.Error for everything a caller should see), so
+// the presenter can tell a bug, whose text must not leak, from gqlgen's
+// own argument errors, which are the caller's.
+func internalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	if fc := graphql.GetFieldContext(ctx); fc != nil && strings.HasPrefix(fc.Field.Name, "__") {
+		return res, err // introspection, refused outside development: the caller's
+	}
+	if err != nil {
+		var ae *apperr.Error
+		var ge *gqlerror.Error
+		if !errors.As(err, &ae) && !errors.As(err, &ge) {
+			err = apperr.InternalError(err)
+		}
+	}
+	return res, err
 }
 
 // presentError puts the service's error code in extensions.code; internal
@@ -140,83 +222,34 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 			gerr.Extensions = ext
 			return gerr
 		}
-		// Parse, validation and argument-coercion errors from gqlgen.
-		if gerr.Extensions == nil {
-			gerr.Extensions = map[string]any{}
+		// gqlgen's own errors: parse, validation, complexity, argument
+		// coercion. All are the caller's, except a non-null field left
+		// null, which is ours.
+		code := apperr.ValidationFailed
+		if gerr.Path != nil && gerr.Message == "must not be null" {
+			code = apperr.Internal
+			log.ErrorContext(ctx, "graphql request failed", "err", gerr.Message, "path", gerr.Path.String())
 		}
-		if _, ok := gerr.Extensions["code"]; ok || gerr.Path == nil {
-			gerr.Extensions["code"] = string(apperr.ValidationFailed)
-		} else {
-			gerr.Extensions["code"] = string(apperr.Internal)
+		if strings.HasPrefix(gerr.Message, "json request body could not be decoded") {
+			// gqlgen echoes the whole body, which may hold a password.
+			gerr.Message = "the request body is not a valid GraphQL request (JSON with query, variables, operationName)"
 		}
+		gerr.Extensions = map[string]any{"code": string(code)}
 		return gerr
 	}
 }
 
-type connKey struct{}
-
-// connHolder lets initFunc reach the hijacked connection so it can close it
-// with 4403, which gqlgen's transport cannot do itself.
-type connHolder struct {
-	mu   sync.Mutex
-	conn net.Conn
-}
-
-type hijackWriter struct {
-	http.ResponseWriter
-	h *connHolder
-}
-
-func (w hijackWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	c, rw, err := http.NewResponseController(w.ResponseWriter).Hijack()
-	if err == nil {
-		w.h.mu.Lock()
-		w.h.conn = c
-		w.h.mu.Unlock()
-	}
-	return c, rw, err
-}
-
-func captureConn(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !websocket.IsWebSocketUpgrade(r) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		h := &connHolder{}
-		r = r.WithContext(context.WithValue(r.Context(), connKey{}, h))
-		next.ServeHTTP(hijackWriter{ResponseWriter: w, h: h}, r)
-	})
-}
-
-// closeForbidden writes a close frame with code 4403 straight to the socket
-// and closes it. It runs inside connection_init handling, before gqlgen has
-// written anything else, so no frame can interleave.
-func closeForbidden(ctx context.Context, reason string) {
-	h, _ := ctx.Value(connKey{}).(*connHolder)
-	if h == nil {
-		return
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.conn == nil {
-		return
-	}
-	if len(reason) > 120 {
-		reason = reason[:120]
-	}
-	payload := append([]byte{byte(CloseForbidden >> 8), byte(CloseForbidden & 0xff)}, reason...)
-	frame := append([]byte{0x88, byte(len(payload))}, payload...)
-	_ = h.conn.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = h.conn.Write(frame)
-	_ = h.conn.Close()
-}
-
 // initFunc authenticates connection_init's {"Authorization": "Bearer ..."}.
-// A bad token closes the socket with 4403; a good one ends the connection
-// when the token expires.
-func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
+// A bad token closes the socket with 4403 (after a connection_error
+// message on the legacy protocol, which expects one). A good one ends the
+// connection with 4403 when the token expires: every subscription on it
+// ends, and the client reconnects with a fresh token.
+func initFunc(v auth.Verifier, log *slog.Logger) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
+		g := guardFrom(ctx)
+		if g != nil {
+			g.inited.Store(true)
+		}
 		raw := payload.Authorization()
 		if raw == "" {
 			// A connection without a token may still use open operations.
@@ -228,22 +261,50 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 		if ok && v != nil {
 			p, err = v.Verify(ctx, tok)
 		}
-		if !ok || v == nil || err != nil {
-			closeForbidden(ctx, "Forbidden")
+		if !ok || v == nil || err != nil || (!p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt)) {
+			if g != nil {
+				if g.legacy {
+					g.sendText(`{"type":"connection_error","payload":{"message":"Forbidden"}}`)
+				}
+				g.closeWith(CloseForbidden, "Forbidden")
+			}
 			return ctx, nil, apperr.New(apperr.Unauthorized, "Forbidden")
 		}
 		ctx = auth.WithPrincipal(ctx, p)
-		if !p.ExpiresAt.IsZero() {
-			// The token's end is the connection's end; gqlgen closes the
-			// socket when this context ends. Stopping the timer once the
-			// connection ends first releases it.
-			var cancel context.CancelFunc
-			ctx, cancel = context.WithDeadline(ctx, p.ExpiresAt)
-			context.AfterFunc(ctx, cancel)
-			ctx = transport.AppendCloseReason(ctx, "token expired")
+		if g != nil && !p.ExpiresAt.IsZero() {
+			// Stopped by the guard when the connection ends first.
+			g.expiry = time.AfterFunc(time.Until(p.ExpiresAt), func() {
+				log.Info("graphql websocket closed: token expired", "subject", p.ID)
+				g.closeWith(CloseForbidden, "Forbidden: token expired")
+			})
 		}
 		return ctx, nil, nil
 	}
+}
+
+// transportRules keeps each operation on its transport: mutations never
+// over GET (a link or a prefetch must not change anything), subscriptions
+// only over a websocket (a POST would hang waiting for changes).
+type transportRules struct{}
+
+func (transportRules) ExtensionName() string                   { return "TransportRules" }
+func (transportRules) Validate(graphql.ExecutableSchema) error { return nil }
+func (transportRules) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	if oc.Operation == nil {
+		return nil
+	}
+	switch oc.Operation.Operation {
+	case ast.Mutation:
+		if m, _ := ctx.Value(methodKey{}).(string); m == http.MethodGet {
+			return &gqlerror.Error{Message: "mutations need POST", Err: apperr.New(apperr.MethodNotAllowed, "mutations need POST")}
+		}
+	case ast.Subscription:
+		if guardFrom(ctx) == nil {
+			msg := "subscriptions are served over a websocket on /graphql (graphql-transport-ws or graphql-ws)"
+			return &gqlerror.Error{Message: msg, Err: apperr.New(apperr.ValidationFailed, msg)}
+		}
+	}
+	return nil
 }
 
 // depthLimit refuses documents nested deeper than max.

@@ -11,15 +11,26 @@ import (
 
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/identity"
 	"github.com/voucherd/voucherd/internal/session"
+	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/internal/webhook"
 )
 
 // Services are the domain services the routes call.
 type Services struct {
 	Identity *identity.Service
 	Sessions *session.Service
+	// Businesses serves /api/v1/businesses.
+	Businesses *business.Service
+	// Webhooks serves the business's webhook endpoints and deliveries.
+	Webhooks *webhook.Service
+	// Vouchers serves the voucher lifecycle; Finance the finance reads.
+	Vouchers *voucher.Service
+	Finance  *finance.Service
 }
 
 // Limiter spends one unit of a rate-limit group's budget for the request's
@@ -79,6 +90,21 @@ func (s *server) routes() {
 	s.handle("POST /api/v1/vouchers/sessions/create-session", groupVouchersWrite, auth.RequireRegistered, s.createSession)
 	s.handle("GET /api/v1/vouchers/sessions/{sessionId}", groupVouchersRead, auth.RequireRegistered, s.getSession)
 	s.handle("POST /api/v1/vouchers/sessions/{sessionId}/close-session", groupVouchersWrite, auth.RequireRegistered, s.closeSession)
+
+	// The spec lists businesses at ".../businesses/"; {$} keeps that pattern
+	// from swallowing every path below it, and the slash-less path is served too.
+	s.handle("POST /api/v1/businesses/create-business", groupBusinesses, auth.RequireUser, s.createBusiness)
+	s.handle("GET /api/v1/businesses/{$}", groupBusinesses, auth.RequireUser, s.listBusinesses)
+	s.handle("GET /api/v1/businesses", groupBusinesses, auth.RequireUser, s.listBusinesses)
+	s.handle("GET /api/v1/businesses/{businessId}", groupBusinesses, auth.RequireUser, s.getBusiness)
+	s.handle("POST /api/v1/businesses/{businessId}/update-business", groupBusinesses, auth.RequireUser, s.updateBusiness)
+	s.handle("POST /api/v1/businesses/{businessId}/update-status", groupBusinesses, auth.RequireUser, s.updateBusinessStatus)
+	s.handle("GET /api/v1/businesses/{businessId}/users", groupBusinesses, auth.RequireUser, s.listBusinessUsers)
+	s.handle("POST /api/v1/businesses/{businessId}/users/add-user", groupBusinesses, auth.RequireUser, s.addBusinessUser)
+	s.handle("POST /api/v1/businesses/{businessId}/users/{businessUserId}/update-status", groupBusinesses, auth.RequireUser, s.updateBusinessUserStatus)
+
+	s.webhookRoutes()
+	s.voucherRoutes()
 }
 
 // guard is the token check a route makes before reading its body, so a

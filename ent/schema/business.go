@@ -7,6 +7,7 @@ import (
 	"entgo.io/ent/schema/edge"
 	"entgo.io/ent/schema/field"
 	"entgo.io/ent/schema/index"
+	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/voucherd/voucherd/internal/ids"
 )
@@ -27,7 +28,9 @@ func (Business) Fields() []ent.Field {
 
 func (Business) Edges() []ent.Edge {
 	return []ent.Edge{
-		edge.To("members", BusinessUser.Type).Annotations(entgql.RelayConnection()),
+		// members gets a resolver of its own (not ent's generated method)
+		// so the business service checks membership on every path to it.
+		edge.To("members", BusinessUser.Type).Annotations(entgql.RelayConnection(), forceResolver()),
 		edge.To("webhook_endpoints", WebhookEndpoint.Type).Annotations(entgql.RelayConnection()),
 		edge.To("vouchers", Voucher.Type).Annotations(entgql.Skip()),
 	}
@@ -38,6 +41,13 @@ func (Business) Annotations() []schema.Annotation {
 		entgql.RelayConnection(),
 		entgql.Skip(entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput),
 	}
+}
+
+// forceResolver makes gqlgen call a hand-written resolver for a field
+// instead of binding ent's generated method.
+func forceResolver() entgql.Annotation {
+	return entgql.Directives(entgql.NewDirective("goField",
+		&ast.Argument{Name: "forceResolver", Value: &ast.Value{Kind: ast.BooleanValue, Raw: "true"}}))
 }
 
 // BusinessUser is a user's membership in a business.

@@ -3,6 +3,7 @@ package schema
 import (
 	"entgo.io/contrib/entgql"
 	"entgo.io/ent"
+	"entgo.io/ent/dialect"
 	"entgo.io/ent/schema"
 	"entgo.io/ent/schema/edge"
 	"entgo.io/ent/schema/field"
@@ -22,8 +23,15 @@ func (WebhookEndpoint) Fields() []ent.Field {
 	return []ent.Field{
 		field.String("business_id").Immutable().Annotations(entgql.Skip()),
 		field.String("url").MaxLen(2048),
-		field.String("description").Default("").MaxLen(512),
-		field.Strings("events"),
+		// The service bounds it to 512 characters; MaxLen counts bytes, and
+		// a character takes up to 4.
+		field.String("description").Default("").MaxLen(4 * 512),
+		// text on PostgreSQL: with lib/pq's binary_parameters, ent's JSON
+		// bytes reach the server in binary form, which jsonb reads as its
+		// versioned binary encoding and refuses (json would take them, but
+		// has no equality operator for ent's SELECT DISTINCT). Nothing
+		// queries inside the list.
+		field.Strings("events").SchemaType(map[string]string{dialect.Postgres: "text"}),
 		field.Bool("enabled").Default(true),
 		// The signing secret, sealed with the encryption key (internal/secretbox).
 		field.String("secret_ciphertext").Sensitive().Annotations(entgql.Skip()),

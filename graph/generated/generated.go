@@ -19,15 +19,19 @@ import (
 	gqlparser "github.com/vektah/gqlparser/v2"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/voucherd/voucherd/ent"
-	"github.com/voucherd/voucherd/ent/business"
+	business1 "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
-	"github.com/voucherd/voucherd/ent/voucher"
+	voucher1 "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/graph/scalars"
 	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/identity"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/internal/webhook"
 )
 
 // region    ************************** generated!.gotpl **************************
@@ -40,9 +44,15 @@ func NewExecutableSchema(cfg Config) graphql.ExecutableSchema {
 type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 
 type ResolverRoot interface {
+	Business() BusinessResolver
+	Currency() CurrencyResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
+	Rates() RatesResolver
+	Receipt() ReceiptResolver
+	Subscription() SubscriptionResolver
 	Viewer() ViewerResolver
+	WebhookDelivery() WebhookDeliveryResolver
 }
 
 type DirectiveRoot struct {
@@ -106,6 +116,14 @@ type ComplexityRoot struct {
 		Node   func(childComplexity int) int
 	}
 
+	Currency struct {
+		Currency        func(childComplexity int) int
+		CurrencyAddress func(childComplexity int) int
+		Decimals        func(childComplexity int) int
+		Native          func(childComplexity int) int
+		Network         func(childComplexity int) int
+	}
+
 	CustomPayment struct {
 		ID    func(childComplexity int) int
 		Input func(childComplexity int) int
@@ -138,11 +156,35 @@ type ComplexityRoot struct {
 		VoucherVersion func(childComplexity int) int
 	}
 
+	InteropSubmission struct {
+		CreatedAt    func(childComplexity int) int
+		ID           func(childComplexity int) int
+		PaymentIndex func(childComplexity int) int
+		Signature    func(childComplexity int) int
+		VoucherID    func(childComplexity int) int
+	}
+
 	Mutation struct {
-		CloseSession  func(childComplexity int, id string) int
-		CreateSession func(childComplexity int) int
-		SignIn        func(childComplexity int, input identity.Credentials) int
-		SignUp        func(childComplexity int, input identity.Credentials) int
+		AddBusinessUser          func(childComplexity int, businessID string, input business.AddUserInput) int
+		CloseSession             func(childComplexity int, id string) int
+		CreateBusiness           func(childComplexity int, input business.CreateInput) int
+		CreateEndpoint           func(childComplexity int, businessID string, input webhook.CreateEndpointInput) int
+		CreateSession            func(childComplexity int) int
+		DeleteEndpoint           func(childComplexity int, businessID string, id string) int
+		DiscardVoucher           func(childComplexity int, id string) int
+		InteropInit              func(childComplexity int, id string, input voucher.InteropInitInput) int
+		NegotiateVoucher         func(childComplexity int, id string, input voucher.NegotiateInput) int
+		RedeemVoucher            func(childComplexity int, id string, input voucher.RedeemInput) int
+		ReserveVoucher           func(childComplexity int, input voucher.ReserveInput) int
+		ResolveVoucher           func(childComplexity int, id string, input voucher.ResolveInput) int
+		RetryDelivery            func(childComplexity int, businessID string, id string) int
+		RotateSecret             func(childComplexity int, businessID string, id string) int
+		SignIn                   func(childComplexity int, input identity.Credentials) int
+		SignUp                   func(childComplexity int, input identity.Credentials) int
+		UpdateBusiness           func(childComplexity int, id string, input business.UpdateInput) int
+		UpdateBusinessStatus     func(childComplexity int, id string, input business.StatusInput) int
+		UpdateBusinessUserStatus func(childComplexity int, businessID string, id string, input business.UserStatusInput) int
+		UpdateEndpoint           func(childComplexity int, businessID string, id string, input webhook.UpdateEndpointInput) int
 	}
 
 	Network struct {
@@ -168,16 +210,33 @@ type ComplexityRoot struct {
 	}
 
 	Query struct {
-		Node           func(childComplexity int, id string) int
-		Nodes          func(childComplexity int, ids []string) int
-		Viewer         func(childComplexity int) int
-		VoucherSession func(childComplexity int, id string) int
+		Business          func(childComplexity int, id string) int
+		Businesses        func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) int
+		Currencies        func(childComplexity int, network *string) int
+		Node              func(childComplexity int, id string) int
+		Nodes             func(childComplexity int, ids []string) int
+		Rates             func(childComplexity int) int
+		Viewer            func(childComplexity int) int
+		Voucher           func(childComplexity int, id string) int
+		VoucherSession    func(childComplexity int, id string) int
+		Vouchers          func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) int
+		WebhookDeliveries func(childComplexity int, businessID string, endpointID *string, status *webhookdelivery.Status, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int) int
+	}
+
+	Rates struct {
+		Base      func(childComplexity int) int
+		Rates     func(childComplexity int) int
+		UpdatedAt func(childComplexity int) int
 	}
 
 	Receipt struct {
 		Amount          func(childComplexity int) int
 		PaymentID       func(childComplexity int) int
 		TransactionHash func(childComplexity int) int
+	}
+
+	Subscription struct {
+		VoucherUpdated func(childComplexity int, id *string, sessionID *string, businessID *string) int
 	}
 
 	TransactionInput struct {
@@ -249,6 +308,7 @@ type ComplexityRoot struct {
 	}
 
 	WebhookDelivery struct {
+		AttemptLog         func(childComplexity int) int
 		Attempts           func(childComplexity int) int
 		CreatedAt          func(childComplexity int) int
 		EndpointID         func(childComplexity int) int
@@ -293,22 +353,75 @@ type ComplexityRoot struct {
 		Cursor func(childComplexity int) int
 		Node   func(childComplexity int) int
 	}
+
+	WebhookEndpointWithSecret struct {
+		CreatedAt     func(childComplexity int) int
+		Description   func(childComplexity int) int
+		Enabled       func(childComplexity int) int
+		Events        func(childComplexity int) int
+		ID            func(childComplexity int) int
+		SigningSecret func(childComplexity int) int
+		URL           func(childComplexity int) int
+	}
 }
 
+type BusinessResolver interface {
+	Members(ctx context.Context, obj *ent.Business, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error)
+}
+type CurrencyResolver interface {
+	Decimals(ctx context.Context, obj *finance.Token) (int, error)
+}
 type MutationResolver interface {
+	CreateBusiness(ctx context.Context, input business.CreateInput) (*ent.Business, error)
+	UpdateBusiness(ctx context.Context, id string, input business.UpdateInput) (*ent.Business, error)
+	UpdateBusinessStatus(ctx context.Context, id string, input business.StatusInput) (*ent.Business, error)
+	AddBusinessUser(ctx context.Context, businessID string, input business.AddUserInput) (*ent.BusinessUser, error)
+	UpdateBusinessUserStatus(ctx context.Context, businessID string, id string, input business.UserStatusInput) (*ent.BusinessUser, error)
 	SignUp(ctx context.Context, input identity.Credentials) (*identity.Result, error)
 	SignIn(ctx context.Context, input identity.Credentials) (*identity.Result, error)
 	CreateSession(ctx context.Context) (*ent.VoucherSession, error)
 	CloseSession(ctx context.Context, id string) (*ent.VoucherSession, error)
+	ReserveVoucher(ctx context.Context, input voucher.ReserveInput) (*ent.Voucher, error)
+	RedeemVoucher(ctx context.Context, id string, input voucher.RedeemInput) (*ent.Voucher, error)
+	NegotiateVoucher(ctx context.Context, id string, input voucher.NegotiateInput) (*ent.Voucher, error)
+	ResolveVoucher(ctx context.Context, id string, input voucher.ResolveInput) (*ent.Voucher, error)
+	DiscardVoucher(ctx context.Context, id string) (*ent.Voucher, error)
+	InteropInit(ctx context.Context, id string, input voucher.InteropInitInput) (*voucher.Submission, error)
+	CreateEndpoint(ctx context.Context, businessID string, input webhook.CreateEndpointInput) (*webhook.Endpoint, error)
+	UpdateEndpoint(ctx context.Context, businessID string, id string, input webhook.UpdateEndpointInput) (*ent.WebhookEndpoint, error)
+	DeleteEndpoint(ctx context.Context, businessID string, id string) (string, error)
+	RotateSecret(ctx context.Context, businessID string, id string) (*webhook.Endpoint, error)
+	RetryDelivery(ctx context.Context, businessID string, id string) (*ent.WebhookDelivery, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id string) (ent.Noder, error)
 	Nodes(ctx context.Context, ids []string) ([]ent.Noder, error)
+	Business(ctx context.Context, id string) (*ent.Business, error)
+	Businesses(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) (*ent.BusinessConnection, error)
+	Vouchers(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error)
 	VoucherSession(ctx context.Context, id string) (*ent.VoucherSession, error)
 	Viewer(ctx context.Context) (*identity.Viewer, error)
+	Voucher(ctx context.Context, id string) (*ent.Voucher, error)
+	Currencies(ctx context.Context, network *string) ([]finance.Token, error)
+	Rates(ctx context.Context) (*finance.Rates, error)
+	WebhookDeliveries(ctx context.Context, businessID string, endpointID *string, status *webhookdelivery.Status, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int) (*ent.WebhookDeliveryConnection, error)
+}
+type RatesResolver interface {
+	Rates(ctx context.Context, obj *finance.Rates) (json.RawMessage, error)
+	UpdatedAt(ctx context.Context, obj *finance.Rates) (*time.Time, error)
+}
+type ReceiptResolver interface {
+	TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error)
+	Amount(ctx context.Context, obj *payment.Receipt) (*string, error)
+}
+type SubscriptionResolver interface {
+	VoucherUpdated(ctx context.Context, id *string, sessionID *string, businessID *string) (<-chan *ent.Voucher, error)
 }
 type ViewerResolver interface {
 	Kind(ctx context.Context, obj *identity.Viewer) (string, error)
+}
+type WebhookDeliveryResolver interface {
+	AttemptLog(ctx context.Context, obj *ent.WebhookDelivery) ([]ent.DeliveryAttempt, error)
 }
 
 type executableSchema graphql.ExecutableSchemaState[ResolverRoot, DirectiveRoot, ComplexityRoot]
@@ -524,6 +637,37 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.BusinessUserEdge.Node(childComplexity), true
 
+	case "Currency.currency":
+		if e.ComplexityRoot.Currency.Currency == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Currency.Currency(childComplexity), true
+	case "Currency.currencyAddress":
+		if e.ComplexityRoot.Currency.CurrencyAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Currency.CurrencyAddress(childComplexity), true
+	case "Currency.decimals":
+		if e.ComplexityRoot.Currency.Decimals == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Currency.Decimals(childComplexity), true
+	case "Currency.native":
+		if e.ComplexityRoot.Currency.Native == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Currency.Native(childComplexity), true
+	case "Currency.network":
+		if e.ComplexityRoot.Currency.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Currency.Network(childComplexity), true
+
 	case "CustomPayment.id":
 		if e.ComplexityRoot.CustomPayment.ID == nil {
 			break
@@ -648,6 +792,48 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Event.VoucherVersion(childComplexity), true
 
+	case "InteropSubmission.createdAt":
+		if e.ComplexityRoot.InteropSubmission.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InteropSubmission.CreatedAt(childComplexity), true
+	case "InteropSubmission.id":
+		if e.ComplexityRoot.InteropSubmission.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InteropSubmission.ID(childComplexity), true
+	case "InteropSubmission.paymentIndex":
+		if e.ComplexityRoot.InteropSubmission.PaymentIndex == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InteropSubmission.PaymentIndex(childComplexity), true
+	case "InteropSubmission.signature":
+		if e.ComplexityRoot.InteropSubmission.Signature == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InteropSubmission.Signature(childComplexity), true
+	case "InteropSubmission.voucherId":
+		if e.ComplexityRoot.InteropSubmission.VoucherID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.InteropSubmission.VoucherID(childComplexity), true
+
+	case "Mutation.addBusinessUser":
+		if e.ComplexityRoot.Mutation.AddBusinessUser == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_addBusinessUser_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.AddBusinessUser(childComplexity, args["businessId"].(string), args["input"].(business.AddUserInput)), true
 	case "Mutation.closeSession":
 		if e.ComplexityRoot.Mutation.CloseSession == nil {
 			break
@@ -659,12 +845,133 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CloseSession(childComplexity, args["id"].(string)), true
+	case "Mutation.createBusiness":
+		if e.ComplexityRoot.Mutation.CreateBusiness == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createBusiness_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateBusiness(childComplexity, args["input"].(business.CreateInput)), true
+	case "Mutation.createEndpoint":
+		if e.ComplexityRoot.Mutation.CreateEndpoint == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createEndpoint_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateEndpoint(childComplexity, args["businessId"].(string), args["input"].(webhook.CreateEndpointInput)), true
 	case "Mutation.createSession":
 		if e.ComplexityRoot.Mutation.CreateSession == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Mutation.CreateSession(childComplexity), true
+	case "Mutation.deleteEndpoint":
+		if e.ComplexityRoot.Mutation.DeleteEndpoint == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteEndpoint_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteEndpoint(childComplexity, args["businessId"].(string), args["id"].(string)), true
+	case "Mutation.discardVoucher":
+		if e.ComplexityRoot.Mutation.DiscardVoucher == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_discardVoucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DiscardVoucher(childComplexity, args["id"].(string)), true
+	case "Mutation.interopInit":
+		if e.ComplexityRoot.Mutation.InteropInit == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_interopInit_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.InteropInit(childComplexity, args["id"].(string), args["input"].(voucher.InteropInitInput)), true
+	case "Mutation.negotiateVoucher":
+		if e.ComplexityRoot.Mutation.NegotiateVoucher == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_negotiateVoucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.NegotiateVoucher(childComplexity, args["id"].(string), args["input"].(voucher.NegotiateInput)), true
+	case "Mutation.redeemVoucher":
+		if e.ComplexityRoot.Mutation.RedeemVoucher == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_redeemVoucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RedeemVoucher(childComplexity, args["id"].(string), args["input"].(voucher.RedeemInput)), true
+	case "Mutation.reserveVoucher":
+		if e.ComplexityRoot.Mutation.ReserveVoucher == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_reserveVoucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ReserveVoucher(childComplexity, args["input"].(voucher.ReserveInput)), true
+	case "Mutation.resolveVoucher":
+		if e.ComplexityRoot.Mutation.ResolveVoucher == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_resolveVoucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.ResolveVoucher(childComplexity, args["id"].(string), args["input"].(voucher.ResolveInput)), true
+	case "Mutation.retryDelivery":
+		if e.ComplexityRoot.Mutation.RetryDelivery == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_retryDelivery_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RetryDelivery(childComplexity, args["businessId"].(string), args["id"].(string)), true
+	case "Mutation.rotateSecret":
+		if e.ComplexityRoot.Mutation.RotateSecret == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rotateSecret_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RotateSecret(childComplexity, args["businessId"].(string), args["id"].(string)), true
 	case "Mutation.signIn":
 		if e.ComplexityRoot.Mutation.SignIn == nil {
 			break
@@ -687,6 +994,50 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.SignUp(childComplexity, args["input"].(identity.Credentials)), true
+	case "Mutation.updateBusiness":
+		if e.ComplexityRoot.Mutation.UpdateBusiness == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateBusiness_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateBusiness(childComplexity, args["id"].(string), args["input"].(business.UpdateInput)), true
+	case "Mutation.updateBusinessStatus":
+		if e.ComplexityRoot.Mutation.UpdateBusinessStatus == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateBusinessStatus_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateBusinessStatus(childComplexity, args["id"].(string), args["input"].(business.StatusInput)), true
+	case "Mutation.updateBusinessUserStatus":
+		if e.ComplexityRoot.Mutation.UpdateBusinessUserStatus == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateBusinessUserStatus_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateBusinessUserStatus(childComplexity, args["businessId"].(string), args["id"].(string), args["input"].(business.UserStatusInput)), true
+	case "Mutation.updateEndpoint":
+		if e.ComplexityRoot.Mutation.UpdateEndpoint == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateEndpoint_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateEndpoint(childComplexity, args["businessId"].(string), args["id"].(string), args["input"].(webhook.UpdateEndpointInput)), true
 
 	case "Network.chainId":
 		if e.ComplexityRoot.Network.ChainID == nil {
@@ -769,6 +1120,40 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Payment.Wallet(childComplexity), true
 
+	case "Query.business":
+		if e.ComplexityRoot.Query.Business == nil {
+			break
+		}
+
+		args, err := ec.field_Query_business_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Business(childComplexity, args["id"].(string)), true
+	case "Query.businesses":
+		if e.ComplexityRoot.Query.Businesses == nil {
+			break
+		}
+
+		args, err := ec.field_Query_businesses_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Businesses(childComplexity, args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int), args["orderBy"].(*ent.BusinessOrder), args["where"].(*ent.BusinessWhereInput)), true
+	case "Query.currencies":
+		if e.ComplexityRoot.Query.Currencies == nil {
+			break
+		}
+
+		args, err := ec.field_Query_currencies_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Currencies(childComplexity, args["network"].(*string)), true
+
 	case "Query.node":
 		if e.ComplexityRoot.Query.Node == nil {
 			break
@@ -791,12 +1176,29 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.Nodes(childComplexity, args["ids"].([]string)), true
+	case "Query.rates":
+		if e.ComplexityRoot.Query.Rates == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Query.Rates(childComplexity), true
 	case "Query.viewer":
 		if e.ComplexityRoot.Query.Viewer == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Query.Viewer(childComplexity), true
+	case "Query.voucher":
+		if e.ComplexityRoot.Query.Voucher == nil {
+			break
+		}
+
+		args, err := ec.field_Query_voucher_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Voucher(childComplexity, args["id"].(string)), true
 	case "Query.voucherSession":
 		if e.ComplexityRoot.Query.VoucherSession == nil {
 			break
@@ -808,6 +1210,47 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.VoucherSession(childComplexity, args["id"].(string)), true
+	case "Query.vouchers":
+		if e.ComplexityRoot.Query.Vouchers == nil {
+			break
+		}
+
+		args, err := ec.field_Query_vouchers_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.Vouchers(childComplexity, args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int), args["orderBy"].(*ent.VoucherOrder), args["where"].(*ent.VoucherWhereInput)), true
+	case "Query.webhookDeliveries":
+		if e.ComplexityRoot.Query.WebhookDeliveries == nil {
+			break
+		}
+
+		args, err := ec.field_Query_webhookDeliveries_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.WebhookDeliveries(childComplexity, args["businessId"].(string), args["endpointId"].(*string), args["status"].(*webhookdelivery.Status), args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int)), true
+
+	case "Rates.base":
+		if e.ComplexityRoot.Rates.Base == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Rates.Base(childComplexity), true
+	case "Rates.rates":
+		if e.ComplexityRoot.Rates.Rates == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Rates.Rates(childComplexity), true
+	case "Rates.updatedAt":
+		if e.ComplexityRoot.Rates.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Rates.UpdatedAt(childComplexity), true
 
 	case "Receipt.amount":
 		if e.ComplexityRoot.Receipt.Amount == nil {
@@ -827,6 +1270,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Receipt.TransactionHash(childComplexity), true
+
+	case "Subscription.voucherUpdated":
+		if e.ComplexityRoot.Subscription.VoucherUpdated == nil {
+			break
+		}
+
+		args, err := ec.field_Subscription_voucherUpdated_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Subscription.VoucherUpdated(childComplexity, args["id"].(*string), args["sessionId"].(*string), args["businessId"].(*string)), true
 
 	case "TransactionInput.data":
 		if e.ComplexityRoot.TransactionInput.Data == nil {
@@ -1100,6 +1555,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Wallet.Address(childComplexity), true
 
+	case "WebhookDelivery.attemptLog":
+		if e.ComplexityRoot.WebhookDelivery.AttemptLog == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookDelivery.AttemptLog(childComplexity), true
 	case "WebhookDelivery.attempts":
 		if e.ComplexityRoot.WebhookDelivery.Attempts == nil {
 			break
@@ -1274,6 +1735,49 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WebhookEndpointEdge.Node(childComplexity), true
 
+	case "WebhookEndpointWithSecret.createdAt":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.CreatedAt(childComplexity), true
+	case "WebhookEndpointWithSecret.description":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.Description == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.Description(childComplexity), true
+	case "WebhookEndpointWithSecret.enabled":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.Enabled == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.Enabled(childComplexity), true
+	case "WebhookEndpointWithSecret.events":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.Events == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.Events(childComplexity), true
+	case "WebhookEndpointWithSecret.id":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.ID(childComplexity), true
+	case "WebhookEndpointWithSecret.signingSecret":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.SigningSecret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.SigningSecret(childComplexity), true
+	case "WebhookEndpointWithSecret.url":
+		if e.ComplexityRoot.WebhookEndpointWithSecret.URL == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WebhookEndpointWithSecret.URL(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -1282,18 +1786,36 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	opCtx := graphql.GetOperationContext(ctx)
 	ec := newExecutionContext(opCtx, e, make(chan graphql.DeferredResult))
 	inputUnmarshalMap := graphql.BuildUnmarshalerMap(
+		ec.unmarshalInputAddBusinessUserInput,
 		ec.unmarshalInputBusinessOrder,
 		ec.unmarshalInputBusinessUserOrder,
 		ec.unmarshalInputBusinessUserWhereInput,
 		ec.unmarshalInputBusinessWhereInput,
+		ec.unmarshalInputCreateBusinessInput,
+		ec.unmarshalInputCreateEndpointInput,
 		ec.unmarshalInputCredentialsInput,
+		ec.unmarshalInputCustomPaymentInput,
 		ec.unmarshalInputDeviceOrder,
 		ec.unmarshalInputEventOrder,
+		ec.unmarshalInputInteropInitInput,
+		ec.unmarshalInputNegotiateVoucherInput,
+		ec.unmarshalInputNetworkInput,
+		ec.unmarshalInputPaymentInput,
+		ec.unmarshalInputReceiptInput,
+		ec.unmarshalInputRedeemVoucherInput,
+		ec.unmarshalInputReserveVoucherInput,
+		ec.unmarshalInputResolveVoucherInput,
 		ec.unmarshalInputSignInDataInput,
+		ec.unmarshalInputTransactionInputInput,
+		ec.unmarshalInputUpdateBusinessInput,
+		ec.unmarshalInputUpdateBusinessStatusInput,
+		ec.unmarshalInputUpdateBusinessUserStatusInput,
+		ec.unmarshalInputUpdateEndpointInput,
 		ec.unmarshalInputUserOrder,
 		ec.unmarshalInputVoucherOrder,
 		ec.unmarshalInputVoucherSessionOrder,
 		ec.unmarshalInputVoucherWhereInput,
+		ec.unmarshalInputWalletInput,
 		ec.unmarshalInputWebhookDeliveryOrder,
 		ec.unmarshalInputWebhookDeliveryWhereInput,
 		ec.unmarshalInputWebhookEndpointOrder,
@@ -1346,6 +1868,23 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 				Data: buf.Bytes(),
 			}
 		}
+	case ast.Subscription:
+		next := ec._Subscription(ctx, opCtx.Operation.SelectionSet)
+
+		var buf bytes.Buffer
+		return func(ctx context.Context) *graphql.Response {
+			buf.Reset()
+			data := next(ctx)
+
+			if data == nil {
+				return nil
+			}
+			data.MarshalGQL(&buf)
+
+			return &graphql.Response{
+				Data: buf.Bytes(),
+			}
+		}
 
 	default:
 		return graphql.OneShot(graphql.ErrorResponse(ctx, "unsupported GraphQL operation"))
@@ -1372,6 +1911,83 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../schema/business.graphql", Input: `# Businesses and their members: the same operations as /api/v1/businesses,
+# through the same business service. REST's "update-status" exists twice (the
+# business's and a member's), so the GraphQL names say which one.
+
+"Body of POST /api/v1/businesses/create-business."
+input CreateBusinessInput {
+  "1 to 128 characters"
+  name: String!
+}
+
+"Body of POST /api/v1/businesses/:businessId/update-business."
+input UpdateBusinessInput {
+  "1 to 128 characters; absent leaves the name as it is"
+  name: String
+}
+
+"Body of POST /api/v1/businesses/:businessId/update-status."
+input UpdateBusinessStatusInput {
+  status: BusinessStatus!
+}
+
+"Body of POST /api/v1/businesses/:businessId/users/add-user."
+input AddBusinessUserInput {
+  "email of a registered email-password user"
+  email: String!
+  role: BusinessUserRole!
+}
+
+"Body of POST /api/v1/businesses/:businessId/users/:businessUserId/update-status."
+input UpdateBusinessUserStatusInput {
+  status: BusinessUserStatus!
+}
+
+extend type Query {
+  "GET /api/v1/businesses/:businessId; null unless the caller is an ACTIVE member."
+  business(id: ID!): Business
+  "GET /api/v1/businesses/ as a connection: the businesses the caller is an ACTIVE member of (at most 100 a page; 100 when neither first nor last is given)."
+  businesses(
+    after: Cursor
+    first: Int
+    before: Cursor
+    last: Int
+    orderBy: BusinessOrder
+    where: BusinessWhereInput
+  ): BusinessConnection!
+}
+
+extend type Mutation {
+  "POST /api/v1/businesses/create-business"
+  createBusiness(input: CreateBusinessInput!): Business!
+  "POST /api/v1/businesses/:businessId/update-business"
+  updateBusiness(id: ID!, input: UpdateBusinessInput!): Business!
+  "POST /api/v1/businesses/:businessId/update-status (the business's status; OWNER only)"
+  updateBusinessStatus(id: ID!, input: UpdateBusinessStatusInput!): Business!
+  "POST /api/v1/businesses/:businessId/users/add-user"
+  addBusinessUser(businessId: ID!, input: AddBusinessUserInput!): BusinessUser!
+  "POST /api/v1/businesses/:businessId/users/:businessUserId/update-status (a membership's status)"
+  updateBusinessUserStatus(businessId: ID!, id: ID!, input: UpdateBusinessUserStatusInput!): BusinessUser!
+}
+`, BuiltIn: false},
+	{Name: "../schema/connections.graphql", Input: `extend type Query {
+  """
+  The vouchers the caller may see (as payee, as payer, or as an ACTIVE member
+  of their business), as a Relay connection: newest first unless ` + "`" + `orderBy` + "`" + `
+  says otherwise; ` + "`" + `first` + "`" + `/` + "`" + `last` + "`" + ` from 1 to 100, 20 when neither is given.
+  The voucher query of REST (GET /api/v1/vouchers) over the same rule.
+  """
+  vouchers(
+    after: Cursor
+    first: Int
+    before: Cursor
+    last: Int
+    orderBy: VoucherOrder
+    where: VoucherWhereInput
+  ): VoucherConnection!
+}
+`, BuiltIn: false},
 	{Name: "../schema/ent.graphql", Input: `directive @goField(forceResolver: Boolean, name: String, omittable: Boolean) on FIELD_DEFINITION | INPUT_FIELD_DEFINITION
 directive @goModel(model: String, models: [String!], forceGenerate: Boolean) on OBJECT | INPUT_OBJECT | SCALAR | ENUM | INTERFACE | UNION
 type Business implements Node {
@@ -1410,7 +2026,7 @@ type Business implements Node {
     Filtering options for BusinessUsers returned from the connection.
     """
     where: BusinessUserWhereInput
-  ): BusinessUserConnection!
+  ): BusinessUserConnection! @goField(forceResolver: true)
   webhookEndpoints(
     """
     Returns the elements in the list that come after the specified cursor.
@@ -2560,6 +3176,243 @@ extend type Query {
 
 type Mutation
 `, BuiltIn: false},
+	{Name: "../schema/subscription.graphql", Input: `type Subscription {
+  """
+  Follows vouchers as they change. Give exactly one argument:
+
+  - ` + "`" + `id` + "`" + `: one voucher the caller may see (payee, payer, or ACTIVE member of
+    its business). Its current state comes first, then every change.
+  - ` + "`" + `sessionId` + "`" + `: every voucher reserved on or changed in a payer's session
+    (the session's payer only).
+  - ` + "`" + `businessId` + "`" + `: every change of a business's vouchers (ACTIVE members only).
+
+  Per voucher, ` + "`" + `version` + "`" + ` never goes down. A burst of changes may reach a slow
+  subscriber as its latest version only; after the server lost its change feed
+  for a moment, the current state is sent again (possibly at a version already
+  seen). See docs/graphql.md.
+  """
+  voucherUpdated(id: ID, sessionId: ID, businessId: ID): Voucher!
+}
+`, BuiltIn: false},
+	{Name: "../schema/voucher.graphql", Input: `# The voucher lifecycle and the finance reads: the GraphQL twins of the
+# /api/v1/vouchers and /api/v1/finance routes. Inputs are bound to the same
+# Go types REST decodes into (internal/voucher), so both doors share one
+# validation path; field names are the REST JSON names.
+
+input WalletInput {
+  address: String!
+}
+
+"A token payment as a client sends it (expectedPayment, suppliedPayment)."
+input PaymentInput {
+  network: String!
+  currency: String!
+  currencyAddress: String!
+  "Decimal string; never a number."
+  amount: Decimal!
+  wallet: WalletInput!
+}
+
+input NetworkInput {
+  network: String!
+  "evm or solana"
+  type: String!
+  chainId: String!
+}
+
+input TransactionInputInput {
+  "the literal {payer}"
+  from: String!
+  to: String!
+  "native value in base units, a non-negative integer string"
+  value: String!
+  "0x-prefixed calldata"
+  data: String!
+}
+
+input CustomPaymentInput {
+  "send_transaction"
+  type: String!
+  input: TransactionInputInput!
+}
+
+"POST /api/v1/vouchers/reserve-voucher body."
+input ReserveVoucherInput {
+  "the payer's 6-character context code"
+  code: String!
+  "reserve on behalf of a business the caller is an ACTIVE member of"
+  businessId: ID
+}
+
+"""
+POST /api/v1/vouchers/:voucherId/redeem-voucher body: exactly one form.
+SIMPLE: expectedPayment. CUSTOM: networks (1 to 3), payments (exactly 1),
+extras (0 to 5), payeeInfo.
+"""
+input RedeemVoucherInput {
+  expectedPayment: PaymentInput
+  networks: [NetworkInput!]
+  payments: [CustomPaymentInput!]
+  extras: [JSON!]
+  payeeInfo: JSON
+}
+
+"POST /api/v1/vouchers/:voucherId/negotiate-voucher body."
+input NegotiateVoucherInput {
+  "the service computes the amount; the one given must still be a valid decimal"
+  suppliedPayment: PaymentInput!
+}
+
+input ReceiptInput {
+  paymentId: ID!
+  transactionHash: String
+  "what this transaction paid"
+  amount: Decimal
+}
+
+"POST /api/v1/vouchers/:voucherId/resolve-voucher body."
+input ResolveVoucherInput {
+  "1 to 5 receipts"
+  receipts: [ReceiptInput!]!
+}
+
+"""
+POST /api/v1/vouchers/:voucherId/submit/interop-init: the query parameters
+(id, paymentIndex, vid) and the body's signature.
+"""
+input InteropInitInput {
+  "the caller's signature submission id"
+  id: String!
+  "0 to 10"
+  paymentIndex: Int
+  "the voucher the signature is for, when not the path's"
+  vid: ID
+  "1 to 256 characters"
+  signature: String
+}
+
+"A stored interop-init signature submission."
+type InteropSubmission {
+  "the caller's submission id"
+  id: ID!
+  voucherId: ID!
+  paymentIndex: Int!
+  signature: String
+  createdAt: Time!
+}
+
+"One token of the registry (GET /api/v1/finance/currencies)."
+type Currency {
+  network: String!
+  currency: String!
+  currencyAddress: String!
+  decimals: Int!
+  native: Boolean!
+}
+
+"USD prices (GET /api/v1/finance/rates)."
+type Rates {
+  base: String!
+  "currency symbol to decimal string, as on REST: {\"USDC\": \"1\", ...}"
+  rates: JSON!
+  updatedAt: Time!
+}
+
+extend type Query {
+  "GET /api/v1/vouchers/:voucherId; null when the caller may not see it."
+  voucher(id: ID!): Voucher
+  "GET /api/v1/finance/currencies[?network=]"
+  currencies(network: String): [Currency!]!
+  "GET /api/v1/finance/rates"
+  rates: Rates!
+}
+
+extend type Mutation {
+  "POST /api/v1/vouchers/reserve-voucher"
+  reserveVoucher(input: ReserveVoucherInput!): Voucher!
+  "POST /api/v1/vouchers/:voucherId/redeem-voucher"
+  redeemVoucher(id: ID!, input: RedeemVoucherInput!): Voucher!
+  "POST /api/v1/vouchers/:voucherId/negotiate-voucher"
+  negotiateVoucher(id: ID!, input: NegotiateVoucherInput!): Voucher!
+  "POST /api/v1/vouchers/:voucherId/resolve-voucher"
+  resolveVoucher(id: ID!, input: ResolveVoucherInput!): Voucher!
+  "POST /api/v1/vouchers/:voucherId/discard-voucher"
+  discardVoucher(id: ID!): Voucher!
+  "POST /api/v1/vouchers/:voucherId/submit/interop-init"
+  interopInit(id: ID!, input: InteropInitInput!): InteropSubmission!
+}
+`, BuiltIn: false},
+	{Name: "../schema/webhook.graphql", Input: `# Webhook endpoints and the delivery log: the same operations as
+# /api/v1/businesses/:businessId/webhook-endpoints and .../webhook-deliveries,
+# through the same webhook service. Endpoints are listed by the
+# Business.webhookEndpoints connection; single endpoints, deliveries and
+# events are also reachable with node(id:).
+
+"Body of POST .../webhook-endpoints/create-endpoint."
+input CreateEndpointInput {
+  "absolute https:// URL with a public host"
+  url: String!
+  "up to 512 characters"
+  description: String
+  "one or more of deposit.created, deposit.pending, deposit.confirmed, deposit.expired, deposit.failed, deposit.underpaid, deposit.overpaid; no repeats"
+  events: [String!]!
+}
+
+"Body of POST .../webhook-endpoints/:endpointId/update-endpoint; absent fields stay as they are."
+input UpdateEndpointInput {
+  url: String
+  description: String
+  events: [String!]
+  "false stops deliveries to the endpoint at once"
+  enabled: Boolean
+}
+
+"""
+An endpoint with its signing secret: the answer of createEndpoint and
+rotateSecret, the only times the secret is shown.
+"""
+type WebhookEndpointWithSecret {
+  id: ID!
+  url: String!
+  description: String!
+  events: [String!]!
+  enabled: Boolean!
+  createdAt: Time!
+  "whsec_ + base64 of 32 random bytes; store it now, it is never shown again"
+  signingSecret: String!
+}
+
+extend type WebhookDelivery {
+  "Every attempt made, oldest first (the REST get-delivery's attemptLog)."
+  attemptLog: [DeliveryAttempt!]!
+}
+
+extend type Query {
+  "GET /api/v1/businesses/:businessId/webhook-deliveries as a connection, newest first (at most 100 a page; 100 when neither first nor last is given)."
+  webhookDeliveries(
+    businessId: ID!
+    endpointId: ID
+    status: WebhookDeliveryStatus
+    after: Cursor
+    first: Int
+    before: Cursor
+    last: Int
+  ): WebhookDeliveryConnection!
+}
+
+extend type Mutation {
+  "POST /api/v1/businesses/:businessId/webhook-endpoints/create-endpoint"
+  createEndpoint(businessId: ID!, input: CreateEndpointInput!): WebhookEndpointWithSecret!
+  "POST /api/v1/businesses/:businessId/webhook-endpoints/:endpointId/update-endpoint"
+  updateEndpoint(businessId: ID!, id: ID!, input: UpdateEndpointInput!): WebhookEndpoint!
+  "POST /api/v1/businesses/:businessId/webhook-endpoints/:endpointId/delete-endpoint; returns the deleted endpoint's id"
+  deleteEndpoint(businessId: ID!, id: ID!): ID!
+  "POST /api/v1/businesses/:businessId/webhook-endpoints/:endpointId/rotate-secret"
+  rotateSecret(businessId: ID!, id: ID!): WebhookEndpointWithSecret!
+  "POST /api/v1/businesses/:businessId/webhook-deliveries/:deliveryId/retry-delivery: attempts at once and returns the delivery as the attempt left it"
+  retryDelivery(businessId: ID!, id: ID!): WebhookDelivery!
+}
+`, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -2617,6 +3470,18 @@ func (ec *executionContext) childFields_Business(ctx context.Context, field grap
 	return nil, fmt.Errorf("no field named %q was found under type Business", field.Name)
 }
 
+func (ec *executionContext) childFields_BusinessConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_BusinessConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_BusinessConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_BusinessConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type BusinessConnection", field.Name)
+}
+
 func (ec *executionContext) childFields_BusinessEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "node":
@@ -2669,6 +3534,22 @@ func (ec *executionContext) childFields_BusinessUserEdge(ctx context.Context, fi
 	return nil, fmt.Errorf("no field named %q was found under type BusinessUserEdge", field.Name)
 }
 
+func (ec *executionContext) childFields_Currency(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "network":
+		return ec.fieldContext_Currency_network(ctx, field)
+	case "currency":
+		return ec.fieldContext_Currency_currency(ctx, field)
+	case "currencyAddress":
+		return ec.fieldContext_Currency_currencyAddress(ctx, field)
+	case "decimals":
+		return ec.fieldContext_Currency_decimals(ctx, field)
+	case "native":
+		return ec.fieldContext_Currency_native(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Currency", field.Name)
+}
+
 func (ec *executionContext) childFields_CustomPayment(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -2679,6 +3560,44 @@ func (ec *executionContext) childFields_CustomPayment(ctx context.Context, field
 		return ec.fieldContext_CustomPayment_input(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type CustomPayment", field.Name)
+}
+
+func (ec *executionContext) childFields_DeliveryAttempt(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_DeliveryAttempt_id(ctx, field)
+	case "deliveryId":
+		return ec.fieldContext_DeliveryAttempt_deliveryId(ctx, field)
+	case "manual":
+		return ec.fieldContext_DeliveryAttempt_manual(ctx, field)
+	case "attemptedAt":
+		return ec.fieldContext_DeliveryAttempt_attemptedAt(ctx, field)
+	case "durationMs":
+		return ec.fieldContext_DeliveryAttempt_durationMs(ctx, field)
+	case "responseStatus":
+		return ec.fieldContext_DeliveryAttempt_responseStatus(ctx, field)
+	case "error":
+		return ec.fieldContext_DeliveryAttempt_error(ctx, field)
+	case "delivery":
+		return ec.fieldContext_DeliveryAttempt_delivery(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type DeliveryAttempt", field.Name)
+}
+
+func (ec *executionContext) childFields_InteropSubmission(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_InteropSubmission_id(ctx, field)
+	case "voucherId":
+		return ec.fieldContext_InteropSubmission_voucherId(ctx, field)
+	case "paymentIndex":
+		return ec.fieldContext_InteropSubmission_paymentIndex(ctx, field)
+	case "signature":
+		return ec.fieldContext_InteropSubmission_signature(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_InteropSubmission_createdAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type InteropSubmission", field.Name)
 }
 
 func (ec *executionContext) childFields_Network(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2723,6 +3642,18 @@ func (ec *executionContext) childFields_Payment(ctx context.Context, field graph
 		return ec.fieldContext_Payment_wallet(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Payment", field.Name)
+}
+
+func (ec *executionContext) childFields_Rates(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "base":
+		return ec.fieldContext_Rates_base(ctx, field)
+	case "rates":
+		return ec.fieldContext_Rates_rates(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Rates_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Rates", field.Name)
 }
 
 func (ec *executionContext) childFields_Receipt(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2809,6 +3740,18 @@ func (ec *executionContext) childFields_Voucher(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Voucher", field.Name)
 }
 
+func (ec *executionContext) childFields_VoucherConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_VoucherConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_VoucherConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_VoucherConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VoucherConnection", field.Name)
+}
+
 func (ec *executionContext) childFields_VoucherEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "node":
@@ -2871,8 +3814,22 @@ func (ec *executionContext) childFields_WebhookDelivery(ctx context.Context, fie
 		return ec.fieldContext_WebhookDelivery_lastResponseStatus(ctx, field)
 	case "nextAttemptAt":
 		return ec.fieldContext_WebhookDelivery_nextAttemptAt(ctx, field)
+	case "attemptLog":
+		return ec.fieldContext_WebhookDelivery_attemptLog(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WebhookDelivery", field.Name)
+}
+
+func (ec *executionContext) childFields_WebhookDeliveryConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WebhookDeliveryConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WebhookDeliveryConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_WebhookDeliveryConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WebhookDeliveryConnection", field.Name)
 }
 
 func (ec *executionContext) childFields_WebhookDeliveryEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -2925,6 +3882,26 @@ func (ec *executionContext) childFields_WebhookEndpointEdge(ctx context.Context,
 		return ec.fieldContext_WebhookEndpointEdge_cursor(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WebhookEndpointEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_WebhookEndpointWithSecret(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_WebhookEndpointWithSecret_id(ctx, field)
+	case "url":
+		return ec.fieldContext_WebhookEndpointWithSecret_url(ctx, field)
+	case "description":
+		return ec.fieldContext_WebhookEndpointWithSecret_description(ctx, field)
+	case "events":
+		return ec.fieldContext_WebhookEndpointWithSecret_events(ctx, field)
+	case "enabled":
+		return ec.fieldContext_WebhookEndpointWithSecret_enabled(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_WebhookEndpointWithSecret_createdAt(ctx, field)
+	case "signingSecret":
+		return ec.fieldContext_WebhookEndpointWithSecret_signingSecret(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WebhookEndpointWithSecret", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -3143,6 +4120,28 @@ func (ec *executionContext) field_Business_webhookEndpoints_args(ctx context.Con
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_addBusinessUser_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (business.AddUserInput, error) {
+			return ec.unmarshalNAddBusinessUserInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐAddUserInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_closeSession_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3154,6 +4153,224 @@ func (ec *executionContext) field_Mutation_closeSession_args(ctx context.Context
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createBusiness_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (business.CreateInput, error) {
+			return ec.unmarshalNCreateBusinessInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐCreateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createEndpoint_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (webhook.CreateEndpointInput, error) {
+			return ec.unmarshalNCreateEndpointInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐCreateEndpointInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteEndpoint_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_discardVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_interopInit_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (voucher.InteropInitInput, error) {
+			return ec.unmarshalNInteropInitInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐInteropInitInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_negotiateVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (voucher.NegotiateInput, error) {
+			return ec.unmarshalNNegotiateVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNegotiateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_redeemVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (voucher.RedeemInput, error) {
+			return ec.unmarshalNRedeemVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐRedeemInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_reserveVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (voucher.ReserveInput, error) {
+			return ec.unmarshalNReserveVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReserveInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_resolveVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (voucher.ResolveInput, error) {
+			return ec.unmarshalNResolveVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐResolveInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_retryDelivery_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_rotateSecret_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
 	return args, nil
 }
 
@@ -3185,6 +4402,110 @@ func (ec *executionContext) field_Mutation_signUp_args(ctx context.Context, rawA
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_updateBusinessStatus_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (business.StatusInput, error) {
+			return ec.unmarshalNUpdateBusinessStatusInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐStatusInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateBusinessUserStatus_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (business.UserStatusInput, error) {
+			return ec.unmarshalNUpdateBusinessUserStatusInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐUserStatusInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateBusiness_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (business.UpdateInput, error) {
+			return ec.unmarshalNUpdateBusinessInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐUpdateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateEndpoint_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (webhook.UpdateEndpointInput, error) {
+			return ec.unmarshalNUpdateEndpointInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐUpdateEndpointInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -3196,6 +4517,88 @@ func (ec *executionContext) field_Query___type_args(ctx context.Context, rawArgs
 		return nil, err
 	}
 	args["name"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_business_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_businesses_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.BusinessOrder, error) {
+			return ec.unmarshalOBusinessOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.BusinessWhereInput, error) {
+			return ec.unmarshalOBusinessWhereInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_currencies_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "network",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["network"] = arg0
 	return args, nil
 }
 
@@ -3238,6 +4641,166 @@ func (ec *executionContext) field_Query_voucherSession_args(ctx context.Context,
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_voucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_vouchers_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.VoucherOrder, error) {
+			return ec.unmarshalOVoucherOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "where",
+		func(ctx context.Context, v any) (*ent.VoucherWhereInput, error) {
+			return ec.unmarshalOVoucherWhereInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherWhereInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["where"] = arg5
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_webhookDeliveries_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "endpointId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["endpointId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "status",
+		func(ctx context.Context, v any) (*webhookdelivery.Status, error) {
+			return ec.unmarshalOWebhookDeliveryStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwebhookdeliveryᚐStatus(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["status"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg4
+	arg5, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg5
+	arg6, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg6
+	return args, nil
+}
+
+func (ec *executionContext) field_Subscription_voucherUpdated_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "sessionId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["sessionId"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOID2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg2
 	return args, nil
 }
 
@@ -3565,7 +5128,7 @@ func (ec *executionContext) _Business_status(ctx context.Context, field graphql.
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v business.Status) graphql.Marshaler {
+		func(ctx context.Context, selections ast.SelectionSet, v business1.Status) graphql.Marshaler {
 			return ec.marshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx, selections, v)
 		},
 		true,
@@ -3586,7 +5149,7 @@ func (ec *executionContext) _Business_members(ctx context.Context, field graphql
 		},
 		func(ctx context.Context) (any, error) {
 			fc := graphql.GetFieldContext(ctx)
-			return obj.Members(ctx, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.BusinessUserOrder), fc.Args["where"].(*ent.BusinessUserWhereInput))
+			return ec.Resolvers.Business().Members(ctx, obj, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.BusinessUserOrder), fc.Args["where"].(*ent.BusinessUserWhereInput))
 		},
 		nil,
 		func(ctx context.Context, selections ast.SelectionSet, v *ent.BusinessUserConnection) graphql.Marshaler {
@@ -3601,7 +5164,7 @@ func (ec *executionContext) fieldContext_Business_members(ctx context.Context, f
 		Object:     "Business",
 		Field:      field,
 		IsMethod:   true,
-		IsResolver: false,
+		IsResolver: true,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_BusinessUserConnection(ctx, field)
 		},
@@ -4109,6 +5672,121 @@ func (ec *executionContext) fieldContext_BusinessUserEdge_cursor(_ context.Conte
 	return graphql.NewScalarFieldContext("BusinessUserEdge", field, false, false, errors.New("field of type Cursor does not have child fields"))
 }
 
+func (ec *executionContext) _Currency_network(ctx context.Context, field graphql.CollectedField, obj *finance.Token) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Currency_network(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Network, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Currency_network(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Currency", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Currency_currency(ctx context.Context, field graphql.CollectedField, obj *finance.Token) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Currency_currency(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Currency, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Currency_currency(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Currency", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Currency_currencyAddress(ctx context.Context, field graphql.CollectedField, obj *finance.Token) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Currency_currencyAddress(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CurrencyAddress, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Currency_currencyAddress(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Currency", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Currency_decimals(ctx context.Context, field graphql.CollectedField, obj *finance.Token) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Currency_decimals(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Currency().Decimals(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Currency_decimals(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Currency", field, true, true, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Currency_native(ctx context.Context, field graphql.CollectedField, obj *finance.Token) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Currency_native(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Native, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Currency_native(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Currency", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
 func (ec *executionContext) _CustomPayment_id(ctx context.Context, field graphql.CollectedField, obj *payment.CustomPayment) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4587,6 +6265,341 @@ func (ec *executionContext) fieldContext_Event_createdAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Event", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _InteropSubmission_id(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InteropSubmission_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InteropSubmission_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _InteropSubmission_voucherId(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InteropSubmission_voucherId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.VoucherID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InteropSubmission_voucherId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _InteropSubmission_paymentIndex(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InteropSubmission_paymentIndex(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PaymentIndex, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InteropSubmission_paymentIndex(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _InteropSubmission_signature(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InteropSubmission_signature(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Signature, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_InteropSubmission_signature(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _InteropSubmission_createdAt(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_InteropSubmission_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
+			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_InteropSubmission_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Mutation_createBusiness(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createBusiness(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateBusiness(ctx, fc.Args["input"].(business.CreateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Business) graphql.Marshaler {
+			return ec.marshalNBusiness2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createBusiness(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Business(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createBusiness_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateBusiness(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateBusiness(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateBusiness(ctx, fc.Args["id"].(string), fc.Args["input"].(business.UpdateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Business) graphql.Marshaler {
+			return ec.marshalNBusiness2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateBusiness(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Business(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateBusiness_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateBusinessStatus(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateBusinessStatus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateBusinessStatus(ctx, fc.Args["id"].(string), fc.Args["input"].(business.StatusInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Business) graphql.Marshaler {
+			return ec.marshalNBusiness2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateBusinessStatus(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Business(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateBusinessStatus_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_addBusinessUser(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_addBusinessUser(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().AddBusinessUser(ctx, fc.Args["businessId"].(string), fc.Args["input"].(business.AddUserInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.BusinessUser) graphql.Marshaler {
+			return ec.marshalNBusinessUser2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUser(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_addBusinessUser(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BusinessUser(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_addBusinessUser_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateBusinessUserStatus(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateBusinessUserStatus(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateBusinessUserStatus(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string), fc.Args["input"].(business.UserStatusInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.BusinessUser) graphql.Marshaler {
+			return ec.marshalNBusinessUser2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUser(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateBusinessUserStatus(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BusinessUser(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateBusinessUserStatus_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Mutation_signUp(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -4745,6 +6758,490 @@ func (ec *executionContext) fieldContext_Mutation_closeSession(ctx context.Conte
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_closeSession_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_reserveVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_reserveVoucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ReserveVoucher(ctx, fc.Args["input"].(voucher.ReserveInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_reserveVoucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_reserveVoucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_redeemVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_redeemVoucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RedeemVoucher(ctx, fc.Args["id"].(string), fc.Args["input"].(voucher.RedeemInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_redeemVoucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_redeemVoucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_negotiateVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_negotiateVoucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().NegotiateVoucher(ctx, fc.Args["id"].(string), fc.Args["input"].(voucher.NegotiateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_negotiateVoucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_negotiateVoucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_resolveVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_resolveVoucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().ResolveVoucher(ctx, fc.Args["id"].(string), fc.Args["input"].(voucher.ResolveInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_resolveVoucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_resolveVoucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_discardVoucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_discardVoucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DiscardVoucher(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_discardVoucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_discardVoucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_interopInit(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_interopInit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().InteropInit(ctx, fc.Args["id"].(string), fc.Args["input"].(voucher.InteropInitInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *voucher.Submission) graphql.Marshaler {
+			return ec.marshalNInteropSubmission2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐSubmission(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_interopInit(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_InteropSubmission(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_interopInit_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createEndpoint(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createEndpoint(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateEndpoint(ctx, fc.Args["businessId"].(string), fc.Args["input"].(webhook.CreateEndpointInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
+			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createEndpoint(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WebhookEndpointWithSecret(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createEndpoint_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateEndpoint(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateEndpoint(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateEndpoint(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string), fc.Args["input"].(webhook.UpdateEndpointInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WebhookEndpoint) graphql.Marshaler {
+			return ec.marshalNWebhookEndpoint2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookEndpoint(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateEndpoint(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WebhookEndpoint(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateEndpoint_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteEndpoint(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteEndpoint(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteEndpoint(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteEndpoint(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type ID does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteEndpoint_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_rotateSecret(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_rotateSecret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RotateSecret(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
+			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_rotateSecret(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WebhookEndpointWithSecret(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_rotateSecret_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_retryDelivery(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_retryDelivery(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RetryDelivery(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WebhookDelivery) graphql.Marshaler {
+			return ec.marshalNWebhookDelivery2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDelivery(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_retryDelivery(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WebhookDelivery(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_retryDelivery_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -5147,6 +7644,138 @@ func (ec *executionContext) fieldContext_Query_nodes(ctx context.Context, field 
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_business(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_business(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Business(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Business) graphql.Marshaler {
+			return ec.marshalOBusiness2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_business(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Business(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_business_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_businesses(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_businesses(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Businesses(ctx, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.BusinessOrder), fc.Args["where"].(*ent.BusinessWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.BusinessConnection) graphql.Marshaler {
+			return ec.marshalNBusinessConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_businesses(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_BusinessConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_businesses_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_vouchers(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_vouchers(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Vouchers(ctx, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.VoucherOrder), fc.Args["where"].(*ent.VoucherWhereInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.VoucherConnection) graphql.Marshaler {
+			return ec.marshalNVoucherConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_vouchers(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_vouchers_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_voucherSession(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5219,6 +7848,170 @@ func (ec *executionContext) fieldContext_Query_viewer(_ context.Context, field g
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Viewer(ctx, field)
 		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_voucher(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_voucher(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Voucher(ctx, fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalOVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Query_voucher(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_voucher_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_currencies(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_currencies(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().Currencies(ctx, fc.Args["network"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []finance.Token) graphql.Marshaler {
+			return ec.marshalNCurrency2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐTokenᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_currencies(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Currency(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_currencies_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_rates(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_rates(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Query().Rates(ctx)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *finance.Rates) graphql.Marshaler {
+			return ec.marshalNRates2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐRates(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_rates(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Rates(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Query_webhookDeliveries(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_webhookDeliveries(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().WebhookDeliveries(ctx, fc.Args["businessId"].(string), fc.Args["endpointId"].(*string), fc.Args["status"].(*webhookdelivery.Status), fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WebhookDeliveryConnection) graphql.Marshaler {
+			return ec.marshalNWebhookDeliveryConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDeliveryConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_webhookDeliveries(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WebhookDeliveryConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_webhookDeliveries_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
 	}
 	return fc, nil
 }
@@ -5299,6 +8092,75 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _Rates_base(ctx context.Context, field graphql.CollectedField, obj *finance.Rates) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Rates_base(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Base, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Rates_base(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Rates", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Rates_rates(ctx context.Context, field graphql.CollectedField, obj *finance.Rates) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Rates_rates(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Rates().Rates(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalNJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Rates_rates(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Rates", field, true, true, errors.New("field of type JSON does not have child fields"))
+}
+
+func (ec *executionContext) _Rates_updatedAt(ctx context.Context, field graphql.CollectedField, obj *finance.Rates) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Rates_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Rates().UpdatedAt(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalNTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Rates_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Rates", field, true, true, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) _Receipt_paymentId(ctx context.Context, field graphql.CollectedField, obj *payment.Receipt) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -5331,18 +8193,18 @@ func (ec *executionContext) _Receipt_transactionHash(ctx context.Context, field 
 			return ec.fieldContext_Receipt_transactionHash(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.TransactionHash, nil
+			return ec.Resolvers.Receipt().TransactionHash(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalOString2string(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Receipt_transactionHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Receipt", field, false, false, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("Receipt", field, true, true, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Receipt_amount(ctx context.Context, field graphql.CollectedField, obj *payment.Receipt) (ret graphql.Marshaler) {
@@ -5354,18 +8216,62 @@ func (ec *executionContext) _Receipt_amount(ctx context.Context, field graphql.C
 			return ec.fieldContext_Receipt_amount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return obj.Amount, nil
+			return ec.Resolvers.Receipt().Amount(ctx, obj)
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
-			return ec.marshalODecimal2string(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Receipt_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Receipt", field, false, false, errors.New("field of type Decimal does not have child fields"))
+	return graphql.NewScalarFieldContext("Receipt", field, true, true, errors.New("field of type Decimal does not have child fields"))
+}
+
+func (ec *executionContext) _Subscription_voucherUpdated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
+	return graphql.ResolveFieldStream(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Subscription_voucherUpdated(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Subscription().VoucherUpdated(ctx, fc.Args["id"].(*string), fc.Args["sessionId"].(*string), fc.Args["businessId"].(*string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+			return ec.marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Subscription_voucherUpdated(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Subscription",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Voucher(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Subscription_voucherUpdated_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _TransactionInput_from(ctx context.Context, field graphql.CollectedField, obj *payment.TransactionInput) (ret graphql.Marshaler) {
@@ -5748,7 +8654,7 @@ func (ec *executionContext) _Voucher_status(ctx context.Context, field graphql.C
 			return obj.Status, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v voucher.Status) graphql.Marshaler {
+		func(ctx context.Context, selections ast.SelectionSet, v voucher1.Status) graphql.Marshaler {
 			return ec.marshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx, selections, v)
 		},
 		true,
@@ -5771,7 +8677,7 @@ func (ec *executionContext) _Voucher_type(ctx context.Context, field graphql.Col
 			return obj.Type, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *voucher.Type) graphql.Marshaler {
+		func(ctx context.Context, selections ast.SelectionSet, v *voucher1.Type) graphql.Marshaler {
 			return ec.marshalOVoucherType2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx, selections, v)
 		},
 		true,
@@ -6705,6 +9611,38 @@ func (ec *executionContext) fieldContext_WebhookDelivery_nextAttemptAt(_ context
 	return graphql.NewScalarFieldContext("WebhookDelivery", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _WebhookDelivery_attemptLog(ctx context.Context, field graphql.CollectedField, obj *ent.WebhookDelivery) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookDelivery_attemptLog(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.WebhookDelivery().AttemptLog(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []ent.DeliveryAttempt) graphql.Marshaler {
+			return ec.marshalNDeliveryAttempt2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐDeliveryAttemptᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookDelivery_attemptLog(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WebhookDelivery",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_DeliveryAttempt(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _WebhookDeliveryConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.WebhookDeliveryConnection) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7148,6 +10086,167 @@ func (ec *executionContext) _WebhookEndpointEdge_cursor(ctx context.Context, fie
 }
 func (ec *executionContext) fieldContext_WebhookEndpointEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WebhookEndpointEdge", field, false, false, errors.New("field of type Cursor does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_url(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_url(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.URL, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_url(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_description(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_description(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Description, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_description(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_events(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_events(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Events, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_events(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_enabled(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_enabled(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Enabled, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_enabled(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
+			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _WebhookEndpointWithSecret_signingSecret(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WebhookEndpointWithSecret_signingSecret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SigningSecret, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_signingSecret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -8209,6 +11308,43 @@ func (ec *executionContext) fieldContext___Type_isOneOf(_ context.Context, field
 
 // region    **************************** input.gotpl *****************************
 
+func (ec *executionContext) unmarshalInputAddBusinessUserInput(ctx context.Context, obj any) (business.AddUserInput, error) {
+	var it business.AddUserInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"email", "role"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "email":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("email"))
+			data, err := ec.unmarshalNString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Email = data
+		case "role":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("role"))
+			data, err := ec.unmarshalNBusinessUserRole2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐRole(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Role = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputBusinessOrder(ctx context.Context, obj any) (ent.BusinessOrder, error) {
 	var it ent.BusinessOrder
 	if obj == nil {
@@ -9114,6 +12250,80 @@ func (ec *executionContext) unmarshalInputBusinessWhereInput(ctx context.Context
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputCreateBusinessInput(ctx context.Context, obj any) (business.CreateInput, error) {
+	var it business.CreateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputCreateEndpointInput(ctx context.Context, obj any) (webhook.CreateEndpointInput, error) {
+	var it webhook.CreateEndpointInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"url", "description", "events"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "url":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("url"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.URL = data
+		case "description":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Description = data
+		case "events":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("events"))
+			data, err := ec.unmarshalNString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Events = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCredentialsInput(ctx context.Context, obj any) (identity.Credentials, error) {
 	var it identity.Credentials
 	if obj == nil {
@@ -9146,6 +12356,43 @@ func (ec *executionContext) unmarshalInputCredentialsInput(ctx context.Context, 
 				return it, err
 			}
 			it.Data = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputCustomPaymentInput(ctx context.Context, obj any) (voucher.CustomPaymentInput, error) {
+	var it voucher.CustomPaymentInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"type", "input"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "type":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("type"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Type = data
+		case "input":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("input"))
+			data, err := ec.unmarshalNTransactionInputInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐTransactionInputInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Input = data
 		}
 	}
 	return it, nil
@@ -9233,6 +12480,358 @@ func (ec *executionContext) unmarshalInputEventOrder(ctx context.Context, obj an
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputInteropInitInput(ctx context.Context, obj any) (voucher.InteropInitInput, error) {
+	var it voucher.InteropInitInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"id", "paymentIndex", "vid", "signature"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "id":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("id"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ID = data
+		case "paymentIndex":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("paymentIndex"))
+			data, err := ec.unmarshalOInt2ᚖint(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PaymentIndex = data
+		case "vid":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("vid"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Vid = data
+		case "signature":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("signature"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Signature = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputNegotiateVoucherInput(ctx context.Context, obj any) (voucher.NegotiateInput, error) {
+	var it voucher.NegotiateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"suppliedPayment"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "suppliedPayment":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("suppliedPayment"))
+			data, err := ec.unmarshalNPaymentInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐPaymentInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.SuppliedPayment = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputNetworkInput(ctx context.Context, obj any) (voucher.NetworkInput, error) {
+	var it voucher.NetworkInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"network", "type", "chainId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "network":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("network"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Network = data
+		case "type":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("type"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Type = data
+		case "chainId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("chainId"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ChainID = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputPaymentInput(ctx context.Context, obj any) (voucher.PaymentInput, error) {
+	var it voucher.PaymentInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"network", "currency", "currencyAddress", "amount", "wallet"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "network":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("network"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Network = data
+		case "currency":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("currency"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Currency = data
+		case "currencyAddress":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("currencyAddress"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.CurrencyAddress = data
+		case "amount":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("amount"))
+			data, err := ec.unmarshalNDecimal2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Amount = data
+		case "wallet":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("wallet"))
+			data, err := ec.unmarshalNWalletInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐWalletInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Wallet = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputReceiptInput(ctx context.Context, obj any) (voucher.ReceiptInput, error) {
+	var it voucher.ReceiptInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"paymentId", "transactionHash", "amount"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "paymentId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("paymentId"))
+			data, err := ec.unmarshalNID2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PaymentID = data
+		case "transactionHash":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("transactionHash"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.TransactionHash = data
+		case "amount":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("amount"))
+			data, err := ec.unmarshalODecimal2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Amount = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputRedeemVoucherInput(ctx context.Context, obj any) (voucher.RedeemInput, error) {
+	var it voucher.RedeemInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"expectedPayment", "networks", "payments", "extras", "payeeInfo"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "expectedPayment":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("expectedPayment"))
+			data, err := ec.unmarshalOPaymentInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐPaymentInput(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ExpectedPayment = data
+		case "networks":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("networks"))
+			data, err := ec.unmarshalONetworkInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNetworkInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Networks = data
+		case "payments":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("payments"))
+			data, err := ec.unmarshalOCustomPaymentInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐCustomPaymentInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Payments = data
+		case "extras":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("extras"))
+			data, err := ec.unmarshalOJSON2ᚕencodingᚋjsonᚐRawMessageᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Extras = data
+		case "payeeInfo":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("payeeInfo"))
+			data, err := ec.unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.PayeeInfo = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputReserveVoucherInput(ctx context.Context, obj any) (voucher.ReserveInput, error) {
+	var it voucher.ReserveInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"code", "businessId"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "code":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("code"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Code = data
+		case "businessId":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("businessId"))
+			data, err := ec.unmarshalOID2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.BusinessID = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputResolveVoucherInput(ctx context.Context, obj any) (voucher.ResolveInput, error) {
+	var it voucher.ResolveInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"receipts"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "receipts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("receipts"))
+			data, err := ec.unmarshalNReceiptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReceiptInputᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Receipts = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputSignInDataInput(ctx context.Context, obj any) (identity.Data, error) {
 	var it identity.Data
 	if obj == nil {
@@ -9279,6 +12878,198 @@ func (ec *executionContext) unmarshalInputSignInDataInput(ctx context.Context, o
 				return it, err
 			}
 			it.Email = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputTransactionInputInput(ctx context.Context, obj any) (voucher.TransactionInputInput, error) {
+	var it voucher.TransactionInputInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"from", "to", "value", "data"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "from":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("from"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.From = data
+		case "to":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("to"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.To = data
+		case "value":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("value"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Value = data
+		case "data":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("data"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Data = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateBusinessInput(ctx context.Context, obj any) (business.UpdateInput, error) {
+	var it business.UpdateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateBusinessStatusInput(ctx context.Context, obj any) (business.StatusInput, error) {
+	var it business.StatusInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"status"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "status":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
+			data, err := ec.unmarshalNBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Status = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateBusinessUserStatusInput(ctx context.Context, obj any) (business.UserStatusInput, error) {
+	var it business.UserStatusInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"status"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "status":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
+			data, err := ec.unmarshalNBusinessUserStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Status = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputUpdateEndpointInput(ctx context.Context, obj any) (webhook.UpdateEndpointInput, error) {
+	var it webhook.UpdateEndpointInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"url", "description", "events", "enabled"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "url":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("url"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.URL = data
+		case "description":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("description"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Description = data
+		case "events":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("events"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Events = data
+		case "enabled":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("enabled"))
+			data, err := ec.unmarshalOBoolean2ᚖbool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Enabled = data
 		}
 	}
 	return it, nil
@@ -10202,6 +13993,36 @@ func (ec *executionContext) unmarshalInputVoucherWhereInput(ctx context.Context,
 				return it, err
 			}
 			it.ExpiresAtLTE = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputWalletInput(ctx context.Context, obj any) (voucher.WalletInput, error) {
+	var it voucher.WalletInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"address"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "address":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("address"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Address = data
 		}
 	}
 	return it, nil
@@ -11656,6 +15477,96 @@ func (ec *executionContext) _BusinessUserEdge(ctx context.Context, sel ast.Selec
 	return out
 }
 
+var currencyImplementors = []string{"Currency"}
+
+func (ec *executionContext) _Currency(ctx context.Context, sel ast.SelectionSet, obj *finance.Token) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, currencyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Currency")
+		case "network":
+			out.Values[i] = ec._Currency_network(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "currency":
+			out.Values[i] = ec._Currency_currency(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "currencyAddress":
+			out.Values[i] = ec._Currency_currencyAddress(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "decimals":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Currency_decimals(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "native":
+			out.Values[i] = ec._Currency_native(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var customPaymentImplementors = []string{"CustomPayment"}
 
 func (ec *executionContext) _CustomPayment(ctx context.Context, sel ast.SelectionSet, obj *payment.CustomPayment) graphql.Marshaler {
@@ -11917,6 +15828,62 @@ func (ec *executionContext) _Event(ctx context.Context, sel ast.SelectionSet, ob
 	return out
 }
 
+var interopSubmissionImplementors = []string{"InteropSubmission"}
+
+func (ec *executionContext) _InteropSubmission(ctx context.Context, sel ast.SelectionSet, obj *voucher.Submission) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, interopSubmissionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("InteropSubmission")
+		case "id":
+			out.Values[i] = ec._InteropSubmission_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "voucherId":
+			out.Values[i] = ec._InteropSubmission_voucherId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "paymentIndex":
+			out.Values[i] = ec._InteropSubmission_paymentIndex(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "signature":
+			out.Values[i] = ec._InteropSubmission_signature(ctx, field, obj)
+		case "createdAt":
+			out.Values[i] = ec._InteropSubmission_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var mutationImplementors = []string{"Mutation"}
 
 func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet) graphql.Marshaler {
@@ -11936,6 +15903,41 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("Mutation")
+		case "createBusiness":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createBusiness(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateBusiness":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateBusiness(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateBusinessStatus":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateBusinessStatus(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "addBusinessUser":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_addBusinessUser(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateBusinessUserStatus":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateBusinessUserStatus(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "signUp":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_signUp(ctx, field)
@@ -11960,6 +15962,83 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "closeSession":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_closeSession(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "reserveVoucher":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_reserveVoucher(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "redeemVoucher":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_redeemVoucher(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "negotiateVoucher":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_negotiateVoucher(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "resolveVoucher":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_resolveVoucher(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "discardVoucher":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_discardVoucher(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "interopInit":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_interopInit(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createEndpoint":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createEndpoint(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateEndpoint":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateEndpoint(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteEndpoint":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteEndpoint(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rotateSecret":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_rotateSecret(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "retryDelivery":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_retryDelivery(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -12208,6 +16287,69 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "business":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_business(ctx, field)
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "businesses":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_businesses(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "vouchers":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_vouchers(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "voucherSession":
 			field := field
 
@@ -12237,6 +16379,91 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 					}
 				}()
 				res = ec._Query_viewer(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "voucher":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_voucher(ctx, field)
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "currencies":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_currencies(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "rates":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_rates(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "webhookDeliveries":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_webhookDeliveries(ctx, field)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -12280,26 +16507,94 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 	return out
 }
 
-var receiptImplementors = []string{"Receipt"}
+var ratesImplementors = []string{"Rates"}
 
-func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, obj *payment.Receipt) graphql.Marshaler {
-	fields := graphql.CollectFields(ec.OperationContext, sel, receiptImplementors)
+func (ec *executionContext) _Rates(ctx context.Context, sel ast.SelectionSet, obj *finance.Rates) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, ratesImplementors)
 
 	out := graphql.NewFieldSet(fields)
 	deferred := make(map[string]*graphql.FieldSet)
 	for i, field := range fields {
 		switch field.Name {
 		case "__typename":
-			out.Values[i] = graphql.MarshalString("Receipt")
-		case "paymentId":
-			out.Values[i] = ec._Receipt_paymentId(ctx, field, obj)
+			out.Values[i] = graphql.MarshalString("Rates")
+		case "base":
+			out.Values[i] = ec._Rates_base(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
-		case "transactionHash":
-			out.Values[i] = ec._Receipt_transactionHash(ctx, field, obj)
-		case "amount":
-			out.Values[i] = ec._Receipt_amount(ctx, field, obj)
+		case "rates":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Rates_rates(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "updatedAt":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Rates_updatedAt(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -12321,6 +16616,131 @@ func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, 
 	}
 
 	return out
+}
+
+var receiptImplementors = []string{"Receipt"}
+
+func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, obj *payment.Receipt) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, receiptImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Receipt")
+		case "paymentId":
+			out.Values[i] = ec._Receipt_paymentId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "transactionHash":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Receipt_transactionHash(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "amount":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Receipt_amount(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var subscriptionImplementors = []string{"Subscription"}
+
+func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, subscriptionImplementors)
+	ctx = graphql.WithFieldContext(ctx, &graphql.FieldContext{
+		Object: "Subscription",
+	})
+	if len(fields) != 1 {
+		graphql.AddErrorf(ctx, "must subscribe to exactly one stream")
+		return nil
+	}
+
+	switch fields[0].Name {
+	case "voucherUpdated":
+		return ec._Subscription_voucherUpdated(ctx, fields[0])
+	default:
+		panic("unknown field " + strconv.Quote(fields[0].Name))
+	}
 }
 
 var transactionInputImplementors = []string{"TransactionInput"}
@@ -12815,42 +17235,42 @@ func (ec *executionContext) _WebhookDelivery(ctx context.Context, sel ast.Select
 		case "id":
 			out.Values[i] = ec._WebhookDelivery_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._WebhookDelivery_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "updatedAt":
 			out.Values[i] = ec._WebhookDelivery_updatedAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "endpointId":
 			out.Values[i] = ec._WebhookDelivery_endpointId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "eventId":
 			out.Values[i] = ec._WebhookDelivery_eventId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "eventType":
 			out.Values[i] = ec._WebhookDelivery_eventType(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "status":
 			out.Values[i] = ec._WebhookDelivery_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "attempts":
 			out.Values[i] = ec._WebhookDelivery_attempts(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "lastAttemptAt":
 			out.Values[i] = ec._WebhookDelivery_lastAttemptAt(ctx, field, obj)
@@ -12858,6 +17278,42 @@ func (ec *executionContext) _WebhookDelivery(ctx context.Context, sel ast.Select
 			out.Values[i] = ec._WebhookDelivery_lastResponseStatus(ctx, field, obj)
 		case "nextAttemptAt":
 			out.Values[i] = ec._WebhookDelivery_nextAttemptAt(ctx, field, obj)
+		case "attemptLog":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._WebhookDelivery_attemptLog(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -13098,6 +17554,75 @@ func (ec *executionContext) _WebhookEndpointEdge(ctx context.Context, sel ast.Se
 			out.Values[i] = ec._WebhookEndpointEdge_node(ctx, field, obj)
 		case "cursor":
 			out.Values[i] = ec._WebhookEndpointEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var webhookEndpointWithSecretImplementors = []string{"WebhookEndpointWithSecret"}
+
+func (ec *executionContext) _WebhookEndpointWithSecret(ctx context.Context, sel ast.SelectionSet, obj *webhook.Endpoint) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, webhookEndpointWithSecretImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WebhookEndpointWithSecret")
+		case "id":
+			out.Values[i] = ec._WebhookEndpointWithSecret_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "url":
+			out.Values[i] = ec._WebhookEndpointWithSecret_url(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "description":
+			out.Values[i] = ec._WebhookEndpointWithSecret_description(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "events":
+			out.Values[i] = ec._WebhookEndpointWithSecret_events(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "enabled":
+			out.Values[i] = ec._WebhookEndpointWithSecret_enabled(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._WebhookEndpointWithSecret_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "signingSecret":
+			out.Values[i] = ec._WebhookEndpointWithSecret_signingSecret(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
@@ -13459,6 +17984,11 @@ func (ec *executionContext) ___Type(ctx context.Context, sel ast.SelectionSet, o
 
 // region    ***************************** type.gotpl *****************************
 
+func (ec *executionContext) unmarshalNAddBusinessUserInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐAddUserInput(ctx context.Context, v any) (business.AddUserInput, error) {
+	res, err := ec.unmarshalInputAddBusinessUserInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNAuthResult2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐResult(ctx context.Context, sel ast.SelectionSet, v identity.Result) graphql.Marshaler {
 	return ec._AuthResult(ctx, sel, &v)
 }
@@ -13493,6 +18023,34 @@ func (ec *executionContext) marshalNBoolean2bool(ctx context.Context, sel ast.Se
 	return res
 }
 
+func (ec *executionContext) marshalNBusiness2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx context.Context, sel ast.SelectionSet, v ent.Business) graphql.Marshaler {
+	return ec._Business(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNBusiness2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusiness(ctx context.Context, sel ast.SelectionSet, v *ent.Business) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Business(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNBusinessConnection2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessConnection(ctx context.Context, sel ast.SelectionSet, v ent.BusinessConnection) graphql.Marshaler {
+	return ec._BusinessConnection(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNBusinessConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessConnection(ctx context.Context, sel ast.SelectionSet, v *ent.BusinessConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._BusinessConnection(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNBusinessOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessOrderField(ctx context.Context, v any) (*ent.BusinessOrderField, error) {
 	var res = new(ent.BusinessOrderField)
 	err := res.UnmarshalGQL(v)
@@ -13509,14 +18067,48 @@ func (ec *executionContext) marshalNBusinessOrderField2ᚖgithubᚗcomᚋvoucher
 	return v
 }
 
-func (ec *executionContext) unmarshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, v any) (business.Status, error) {
-	var res business.Status
+func (ec *executionContext) unmarshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, v any) (business1.Status, error) {
+	var res business1.Status
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, sel ast.SelectionSet, v business.Status) graphql.Marshaler {
+func (ec *executionContext) marshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, sel ast.SelectionSet, v business1.Status) graphql.Marshaler {
 	return v
+}
+
+func (ec *executionContext) unmarshalNBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, v any) (*business1.Status, error) {
+	var res = new(business1.Status)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, sel ast.SelectionSet, v *business1.Status) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) marshalNBusinessUser2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUser(ctx context.Context, sel ast.SelectionSet, v ent.BusinessUser) graphql.Marshaler {
+	return ec._BusinessUser(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNBusinessUser2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUser(ctx context.Context, sel ast.SelectionSet, v *ent.BusinessUser) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._BusinessUser(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNBusinessUserConnection2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUserConnection(ctx context.Context, sel ast.SelectionSet, v ent.BusinessUserConnection) graphql.Marshaler {
+	return ec._BusinessUserConnection(ctx, sel, &v)
 }
 
 func (ec *executionContext) marshalNBusinessUserConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessUserConnection(ctx context.Context, sel ast.SelectionSet, v *ent.BusinessUserConnection) graphql.Marshaler {
@@ -13555,6 +18147,22 @@ func (ec *executionContext) marshalNBusinessUserRole2githubᚗcomᚋvoucherdᚋv
 	return v
 }
 
+func (ec *executionContext) unmarshalNBusinessUserRole2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐRole(ctx context.Context, v any) (*businessuser.Role, error) {
+	var res = new(businessuser.Role)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNBusinessUserRole2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐRole(ctx context.Context, sel ast.SelectionSet, v *businessuser.Role) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return v
+}
+
 func (ec *executionContext) unmarshalNBusinessUserStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐStatus(ctx context.Context, v any) (businessuser.Status, error) {
 	var res businessuser.Status
 	err := res.UnmarshalGQL(v)
@@ -13562,6 +18170,22 @@ func (ec *executionContext) unmarshalNBusinessUserStatus2githubᚗcomᚋvoucherd
 }
 
 func (ec *executionContext) marshalNBusinessUserStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐStatus(ctx context.Context, sel ast.SelectionSet, v businessuser.Status) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) unmarshalNBusinessUserStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐStatus(ctx context.Context, v any) (*businessuser.Status, error) {
+	var res = new(businessuser.Status)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNBusinessUserStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessuserᚐStatus(ctx context.Context, sel ast.SelectionSet, v *businessuser.Status) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
 	return v
 }
 
@@ -13575,9 +18199,39 @@ func (ec *executionContext) unmarshalNBusinessWhereInput2ᚖgithubᚗcomᚋvouch
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNCreateBusinessInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐCreateInput(ctx context.Context, v any) (business.CreateInput, error) {
+	res, err := ec.unmarshalInputCreateBusinessInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNCreateEndpointInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐCreateEndpointInput(ctx context.Context, v any) (webhook.CreateEndpointInput, error) {
+	res, err := ec.unmarshalInputCreateEndpointInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCredentialsInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐCredentials(ctx context.Context, v any) (identity.Credentials, error) {
 	res, err := ec.unmarshalInputCredentialsInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNCurrency2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐToken(ctx context.Context, sel ast.SelectionSet, v finance.Token) graphql.Marshaler {
+	return ec._Currency(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNCurrency2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐTokenᚄ(ctx context.Context, sel ast.SelectionSet, v []finance.Token) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNCurrency2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐToken(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx context.Context, v any) (entgql.Cursor[string], error) {
@@ -13594,6 +18248,11 @@ func (ec *executionContext) marshalNCustomPayment2githubᚗcomᚋvoucherdᚋvouc
 	return ec._CustomPayment(ctx, sel, &v)
 }
 
+func (ec *executionContext) unmarshalNCustomPaymentInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐCustomPaymentInput(ctx context.Context, v any) (voucher.CustomPaymentInput, error) {
+	res, err := ec.unmarshalInputCustomPaymentInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNDecimal2string(ctx context.Context, v any) (string, error) {
 	res, err := scalars.UnmarshalDecimal(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -13608,6 +18267,26 @@ func (ec *executionContext) marshalNDecimal2string(ctx context.Context, sel ast.
 		}
 	}
 	return res
+}
+
+func (ec *executionContext) marshalNDeliveryAttempt2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐDeliveryAttempt(ctx context.Context, sel ast.SelectionSet, v ent.DeliveryAttempt) graphql.Marshaler {
+	return ec._DeliveryAttempt(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNDeliveryAttempt2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐDeliveryAttemptᚄ(ctx context.Context, sel ast.SelectionSet, v []ent.DeliveryAttempt) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNDeliveryAttempt2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐDeliveryAttempt(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNDeviceOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐDeviceOrderField(ctx context.Context, v any) (*ent.DeviceOrderField, error) {
@@ -13704,6 +18383,25 @@ func (ec *executionContext) marshalNInt2int(ctx context.Context, sel ast.Selecti
 	return res
 }
 
+func (ec *executionContext) unmarshalNInteropInitInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐInteropInitInput(ctx context.Context, v any) (voucher.InteropInitInput, error) {
+	res, err := ec.unmarshalInputInteropInitInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNInteropSubmission2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐSubmission(ctx context.Context, sel ast.SelectionSet, v voucher.Submission) graphql.Marshaler {
+	return ec._InteropSubmission(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNInteropSubmission2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐSubmission(ctx context.Context, sel ast.SelectionSet, v *voucher.Submission) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._InteropSubmission(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNJSON2encodingᚋjsonᚐRawMessage(ctx context.Context, v any) (json.RawMessage, error) {
 	res, err := scalars.UnmarshalJSON(v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -13726,8 +18424,18 @@ func (ec *executionContext) marshalNJSON2encodingᚋjsonᚐRawMessage(ctx contex
 	return res
 }
 
+func (ec *executionContext) unmarshalNNegotiateVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNegotiateInput(ctx context.Context, v any) (voucher.NegotiateInput, error) {
+	res, err := ec.unmarshalInputNegotiateVoucherInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalNNetwork2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetwork(ctx context.Context, sel ast.SelectionSet, v payment.Network) graphql.Marshaler {
 	return ec._Network(ctx, sel, &v)
+}
+
+func (ec *executionContext) unmarshalNNetworkInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNetworkInput(ctx context.Context, v any) (voucher.NetworkInput, error) {
+	res, err := ec.unmarshalInputNetworkInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalNNode2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v []ent.Noder) graphql.Marshaler {
@@ -13754,8 +18462,62 @@ func (ec *executionContext) marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPag
 	return ec._PageInfo(ctx, sel, &v)
 }
 
+func (ec *executionContext) unmarshalNPaymentInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐPaymentInput(ctx context.Context, v any) (*voucher.PaymentInput, error) {
+	res, err := ec.unmarshalInputPaymentInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRates2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐRates(ctx context.Context, sel ast.SelectionSet, v finance.Rates) graphql.Marshaler {
+	return ec._Rates(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRates2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐRates(ctx context.Context, sel ast.SelectionSet, v *finance.Rates) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Rates(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNReceipt2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐReceipt(ctx context.Context, sel ast.SelectionSet, v payment.Receipt) graphql.Marshaler {
 	return ec._Receipt(ctx, sel, &v)
+}
+
+func (ec *executionContext) unmarshalNReceiptInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReceiptInput(ctx context.Context, v any) (voucher.ReceiptInput, error) {
+	res, err := ec.unmarshalInputReceiptInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNReceiptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReceiptInputᚄ(ctx context.Context, v any) ([]voucher.ReceiptInput, error) {
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]voucher.ReceiptInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNReceiptInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReceiptInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) unmarshalNRedeemVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐRedeemInput(ctx context.Context, v any) (voucher.RedeemInput, error) {
+	res, err := ec.unmarshalInputRedeemVoucherInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNReserveVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReserveInput(ctx context.Context, v any) (voucher.ReserveInput, error) {
+	res, err := ec.unmarshalInputReserveVoucherInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNResolveVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐResolveInput(ctx context.Context, v any) (voucher.ResolveInput, error) {
+	res, err := ec.unmarshalInputResolveVoucherInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNSignInDataInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐData(ctx context.Context, v any) (*identity.Data, error) {
@@ -13809,6 +18571,28 @@ func (ec *executionContext) marshalNString2ᚕstringᚄ(ctx context.Context, sel
 	return ret
 }
 
+func (ec *executionContext) unmarshalNString2ᚖstring(ctx context.Context, v any) (*string, error) {
+	res, err := graphql.UnmarshalString(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNString2ᚖstring(ctx context.Context, sel ast.SelectionSet, v *string) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	_ = sel
+	res := graphql.MarshalString(*v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) unmarshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx context.Context, v any) (apitime.Time, error) {
 	var res apitime.Time
 	err := res.UnmarshalGQL(v)
@@ -13835,8 +18619,55 @@ func (ec *executionContext) marshalNTime2timeᚐTime(ctx context.Context, sel as
 	return res
 }
 
+func (ec *executionContext) unmarshalNTime2ᚖtimeᚐTime(ctx context.Context, v any) (*time.Time, error) {
+	res, err := scalars.UnmarshalTime(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNTime2ᚖtimeᚐTime(ctx context.Context, sel ast.SelectionSet, v *time.Time) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	_ = sel
+	res := scalars.MarshalTime(*v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) marshalNTransactionInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐTransactionInput(ctx context.Context, sel ast.SelectionSet, v payment.TransactionInput) graphql.Marshaler {
 	return ec._TransactionInput(ctx, sel, &v)
+}
+
+func (ec *executionContext) unmarshalNTransactionInputInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐTransactionInputInput(ctx context.Context, v any) (*voucher.TransactionInputInput, error) {
+	res, err := ec.unmarshalInputTransactionInputInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNUpdateBusinessInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐUpdateInput(ctx context.Context, v any) (business.UpdateInput, error) {
+	res, err := ec.unmarshalInputUpdateBusinessInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNUpdateBusinessStatusInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐStatusInput(ctx context.Context, v any) (business.StatusInput, error) {
+	res, err := ec.unmarshalInputUpdateBusinessStatusInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNUpdateBusinessUserStatusInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐUserStatusInput(ctx context.Context, v any) (business.UserStatusInput, error) {
+	res, err := ec.unmarshalInputUpdateBusinessUserStatusInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNUpdateEndpointInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐUpdateEndpointInput(ctx context.Context, v any) (webhook.UpdateEndpointInput, error) {
+	res, err := ec.unmarshalInputUpdateEndpointInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalNUserOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐUserOrderField(ctx context.Context, v any) (*ent.UserOrderField, error) {
@@ -13867,6 +18698,34 @@ func (ec *executionContext) marshalNViewer2ᚖgithubᚗcomᚋvoucherdᚋvoucherd
 		return graphql.Null
 	}
 	return ec._Viewer(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNVoucher2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx context.Context, sel ast.SelectionSet, v ent.Voucher) graphql.Marshaler {
+	return ec._Voucher(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNVoucher2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucher(ctx context.Context, sel ast.SelectionSet, v *ent.Voucher) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Voucher(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNVoucherConnection2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherConnection(ctx context.Context, sel ast.SelectionSet, v ent.VoucherConnection) graphql.Marshaler {
+	return ec._VoucherConnection(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNVoucherConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherConnection(ctx context.Context, sel ast.SelectionSet, v *ent.VoucherConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._VoucherConnection(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNVoucherOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherOrderField(ctx context.Context, v any) (*ent.VoucherOrderField, error) {
@@ -13925,23 +18784,23 @@ func (ec *executionContext) marshalNVoucherSessionStatus2githubᚗcomᚋvoucherd
 	return v
 }
 
-func (ec *executionContext) unmarshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, v any) (voucher.Status, error) {
-	var res voucher.Status
+func (ec *executionContext) unmarshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, v any) (voucher1.Status, error) {
+	var res voucher1.Status
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, sel ast.SelectionSet, v voucher.Status) graphql.Marshaler {
+func (ec *executionContext) marshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, sel ast.SelectionSet, v voucher1.Status) graphql.Marshaler {
 	return v
 }
 
-func (ec *executionContext) unmarshalNVoucherType2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, v any) (voucher.Type, error) {
-	var res voucher.Type
+func (ec *executionContext) unmarshalNVoucherType2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, v any) (voucher1.Type, error) {
+	var res voucher1.Type
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalNVoucherType2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, sel ast.SelectionSet, v voucher.Type) graphql.Marshaler {
+func (ec *executionContext) marshalNVoucherType2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, sel ast.SelectionSet, v voucher1.Type) graphql.Marshaler {
 	return v
 }
 
@@ -13954,6 +18813,15 @@ func (ec *executionContext) marshalNWallet2githubᚗcomᚋvoucherdᚋvoucherdᚋ
 	return ec._Wallet(ctx, sel, &v)
 }
 
+func (ec *executionContext) unmarshalNWalletInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐWalletInput(ctx context.Context, v any) (*voucher.WalletInput, error) {
+	res, err := ec.unmarshalInputWalletInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWebhookDelivery2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDelivery(ctx context.Context, sel ast.SelectionSet, v ent.WebhookDelivery) graphql.Marshaler {
+	return ec._WebhookDelivery(ctx, sel, &v)
+}
+
 func (ec *executionContext) marshalNWebhookDelivery2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDelivery(ctx context.Context, sel ast.SelectionSet, v *ent.WebhookDelivery) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -13962,6 +18830,20 @@ func (ec *executionContext) marshalNWebhookDelivery2ᚖgithubᚗcomᚋvoucherd�
 		return graphql.Null
 	}
 	return ec._WebhookDelivery(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWebhookDeliveryConnection2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDeliveryConnection(ctx context.Context, sel ast.SelectionSet, v ent.WebhookDeliveryConnection) graphql.Marshaler {
+	return ec._WebhookDeliveryConnection(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWebhookDeliveryConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDeliveryConnection(ctx context.Context, sel ast.SelectionSet, v *ent.WebhookDeliveryConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WebhookDeliveryConnection(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNWebhookDeliveryOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookDeliveryOrderField(ctx context.Context, v any) (*ent.WebhookDeliveryOrderField, error) {
@@ -13995,6 +18877,20 @@ func (ec *executionContext) unmarshalNWebhookDeliveryWhereInput2ᚖgithubᚗcom�
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) marshalNWebhookEndpoint2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookEndpoint(ctx context.Context, sel ast.SelectionSet, v ent.WebhookEndpoint) graphql.Marshaler {
+	return ec._WebhookEndpoint(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWebhookEndpoint2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookEndpoint(ctx context.Context, sel ast.SelectionSet, v *ent.WebhookEndpoint) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WebhookEndpoint(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNWebhookEndpointConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWebhookEndpointConnection(ctx context.Context, sel ast.SelectionSet, v *ent.WebhookEndpointConnection) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
@@ -14019,6 +18915,20 @@ func (ec *executionContext) marshalNWebhookEndpointOrderField2ᚖgithubᚗcomᚋ
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) marshalNWebhookEndpointWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx context.Context, sel ast.SelectionSet, v webhook.Endpoint) graphql.Marshaler {
+	return ec._WebhookEndpointWithSecret(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx context.Context, sel ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WebhookEndpointWithSecret(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -14226,14 +19136,22 @@ func (ec *executionContext) marshalOBusinessEdge2ᚖgithubᚗcomᚋvoucherdᚋvo
 	return ec._BusinessEdge(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatusᚄ(ctx context.Context, v any) ([]business.Status, error) {
+func (ec *executionContext) unmarshalOBusinessOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐBusinessOrder(ctx context.Context, v any) (*ent.BusinessOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputBusinessOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatusᚄ(ctx context.Context, v any) ([]business1.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
 	var vSlice []any
 	vSlice = graphql.CoerceList(v)
 	var err error
-	res := make([]business.Status, len(vSlice))
+	res := make([]business1.Status, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
 		res[i], err = ec.unmarshalNBusinessStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx, vSlice[i])
@@ -14244,7 +19162,7 @@ func (ec *executionContext) unmarshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherd�
 	return res, nil
 }
 
-func (ec *executionContext) marshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []business.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []business1.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -14263,16 +19181,16 @@ func (ec *executionContext) marshalOBusinessStatus2ᚕgithubᚗcomᚋvoucherdᚋ
 	return ret
 }
 
-func (ec *executionContext) unmarshalOBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, v any) (*business.Status, error) {
+func (ec *executionContext) unmarshalOBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, v any) (*business1.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(business.Status)
+	var res = new(business1.Status)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, sel ast.SelectionSet, v *business.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOBusinessStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋbusinessᚐStatus(ctx context.Context, sel ast.SelectionSet, v *business1.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -14507,16 +19425,22 @@ func (ec *executionContext) marshalOCustomPayment2ᚕgithubᚗcomᚋvoucherdᚋv
 	return ret
 }
 
-func (ec *executionContext) unmarshalODecimal2string(ctx context.Context, v any) (string, error) {
-	res, err := scalars.UnmarshalDecimal(v)
-	return res, graphql.ErrorOnPath(ctx, err)
-}
-
-func (ec *executionContext) marshalODecimal2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
-	_ = sel
-	_ = ctx
-	res := scalars.MarshalDecimal(v)
-	return res
+func (ec *executionContext) unmarshalOCustomPaymentInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐCustomPaymentInputᚄ(ctx context.Context, v any) ([]voucher.CustomPaymentInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]voucher.CustomPaymentInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNCustomPaymentInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐCustomPaymentInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) unmarshalODecimal2ᚖstring(ctx context.Context, v any) (*string, error) {
@@ -14718,6 +19642,24 @@ func (ec *executionContext) marshalONetwork2ᚕgithubᚗcomᚋvoucherdᚋvoucher
 	return ret
 }
 
+func (ec *executionContext) unmarshalONetworkInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNetworkInputᚄ(ctx context.Context, v any) ([]voucher.NetworkInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]voucher.NetworkInput, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNNetworkInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐNetworkInput(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
 func (ec *executionContext) marshalONode2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐNoder(ctx context.Context, sel ast.SelectionSet, v ent.Noder) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
@@ -14730,6 +19672,14 @@ func (ec *executionContext) marshalOPayment2ᚖgithubᚗcomᚋvoucherdᚋvoucher
 		return graphql.Null
 	}
 	return ec._Payment(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOPaymentInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐPaymentInput(ctx context.Context, v any) (*voucher.PaymentInput, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputPaymentInput(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) marshalOReceipt2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐReceiptᚄ(ctx context.Context, sel ast.SelectionSet, v []payment.Receipt) graphql.Marshaler {
@@ -14898,6 +19848,14 @@ func (ec *executionContext) marshalOVoucherEdge2ᚖgithubᚗcomᚋvoucherdᚋvou
 	return ec._VoucherEdge(ctx, sel, v)
 }
 
+func (ec *executionContext) unmarshalOVoucherOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherOrder(ctx context.Context, v any) (*ent.VoucherOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputVoucherOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) marshalOVoucherSession2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSession(ctx context.Context, sel ast.SelectionSet, v *ent.VoucherSession) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
@@ -14905,14 +19863,14 @@ func (ec *executionContext) marshalOVoucherSession2ᚖgithubᚗcomᚋvoucherdᚋ
 	return ec._VoucherSession(ctx, sel, v)
 }
 
-func (ec *executionContext) unmarshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatusᚄ(ctx context.Context, v any) ([]voucher.Status, error) {
+func (ec *executionContext) unmarshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatusᚄ(ctx context.Context, v any) ([]voucher1.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
 	var vSlice []any
 	vSlice = graphql.CoerceList(v)
 	var err error
-	res := make([]voucher.Status, len(vSlice))
+	res := make([]voucher1.Status, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
 		res[i], err = ec.unmarshalNVoucherStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx, vSlice[i])
@@ -14923,7 +19881,7 @@ func (ec *executionContext) unmarshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherd�
 	return res, nil
 }
 
-func (ec *executionContext) marshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []voucher.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatusᚄ(ctx context.Context, sel ast.SelectionSet, v []voucher1.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -14942,30 +19900,30 @@ func (ec *executionContext) marshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋv
 	return ret
 }
 
-func (ec *executionContext) unmarshalOVoucherStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, v any) (*voucher.Status, error) {
+func (ec *executionContext) unmarshalOVoucherStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, v any) (*voucher1.Status, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(voucher.Status)
+	var res = new(voucher1.Status)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOVoucherStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, sel ast.SelectionSet, v *voucher.Status) graphql.Marshaler {
+func (ec *executionContext) marshalOVoucherStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatus(ctx context.Context, sel ast.SelectionSet, v *voucher1.Status) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
 	return v
 }
 
-func (ec *executionContext) unmarshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐTypeᚄ(ctx context.Context, v any) ([]voucher.Type, error) {
+func (ec *executionContext) unmarshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐTypeᚄ(ctx context.Context, v any) ([]voucher1.Type, error) {
 	if v == nil {
 		return nil, nil
 	}
 	var vSlice []any
 	vSlice = graphql.CoerceList(v)
 	var err error
-	res := make([]voucher.Type, len(vSlice))
+	res := make([]voucher1.Type, len(vSlice))
 	for i := range vSlice {
 		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
 		res[i], err = ec.unmarshalNVoucherType2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx, vSlice[i])
@@ -14976,7 +19934,7 @@ func (ec *executionContext) unmarshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋv
 	return res, nil
 }
 
-func (ec *executionContext) marshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐTypeᚄ(ctx context.Context, sel ast.SelectionSet, v []voucher.Type) graphql.Marshaler {
+func (ec *executionContext) marshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐTypeᚄ(ctx context.Context, sel ast.SelectionSet, v []voucher1.Type) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}
@@ -14995,16 +19953,16 @@ func (ec *executionContext) marshalOVoucherType2ᚕgithubᚗcomᚋvoucherdᚋvou
 	return ret
 }
 
-func (ec *executionContext) unmarshalOVoucherType2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, v any) (*voucher.Type, error) {
+func (ec *executionContext) unmarshalOVoucherType2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, v any) (*voucher1.Type, error) {
 	if v == nil {
 		return nil, nil
 	}
-	var res = new(voucher.Type)
+	var res = new(voucher1.Type)
 	err := res.UnmarshalGQL(v)
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
-func (ec *executionContext) marshalOVoucherType2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, sel ast.SelectionSet, v *voucher.Type) graphql.Marshaler {
+func (ec *executionContext) marshalOVoucherType2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐType(ctx context.Context, sel ast.SelectionSet, v *voucher1.Type) graphql.Marshaler {
 	if v == nil {
 		return graphql.Null
 	}

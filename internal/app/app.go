@@ -18,15 +18,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/config"
+	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/password"
+	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/ratelimit"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/internal/webhook/sender"
 	"github.com/voucherd/voucherd/rest"
 )
 
@@ -36,10 +45,28 @@ type App struct {
 	Log    *slog.Logger
 	DB     *storage.DB
 
-	Issuer   *auth.Issuer
-	Box      secretbox.Key
-	Sessions *session.Service
-	Identity *identity.Service
+	Issuer     *auth.Issuer
+	Box        secretbox.Key
+	Sessions   *session.Service
+	Identity   *identity.Service
+	Businesses *business.Service
+	// Webhooks manages endpoints and the delivery log; Outbox is the
+	// voucher service's EventSink; Dispatcher delivers (run by Start).
+	Webhooks   *webhook.Service
+	Outbox     *webhook.Outbox
+	Dispatcher *webhook.Dispatcher
+	// Hub fans voucher changes out to GraphQL subscribers; on PostgreSQL
+	// the listener feeds it every replica's changes.
+	Hub      *pubsub.Hub
+	listener *pubsub.Listener
+	// sockets ends every GraphQL websocket at shutdown (they are detached
+	// from their HTTP requests, which the HTTP server's shutdown ends).
+	sockets      context.Context
+	closeSockets context.CancelFunc
+	// Finance is the token registry, prices and FX quotes; Vouchers the
+	// voucher lifecycle.
+	Finance  *finance.Service
+	Vouchers *voucher.Service
 
 	handler http.Handler
 	wg      sync.WaitGroup
@@ -97,22 +124,45 @@ func (a *App) build(ctx context.Context) error {
 
 	a.Sessions = session.NewService(db, cfg.SessionTTL, nil)
 	a.Identity = identity.NewService(db, hasher, a.Issuer, a.Sessions)
+	a.Businesses = business.NewService(db, nil)
+	a.buildWebhooks()
+	if err := a.buildPubsub(ctx); err != nil {
+		return err
+	}
+	if err := a.buildVouchers(); err != nil {
+		return err
+	}
+
+	limits, err := a.rateLimits()
+	if err != nil {
+		return err
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(pubsub.Collectors(a.Hub)...)
 	metrics := httpx.NewMetrics(reg)
 
 	gql := graph.NewHandler(&graph.Resolver{
-		Client:   db.Client,
-		Identity: a.Identity,
-		Sessions: a.Sessions,
-	}, graph.Options{Log: a.Log, Verifier: a.Issuer, Development: cfg.IsDevelopment()})
+		Client:     db.Client,
+		Identity:   a.Identity,
+		Sessions:   a.Sessions,
+		Businesses: a.Businesses,
+		Webhooks:   a.Webhooks,
+		Vouchers:   a.Vouchers,
+		Finance:    a.Finance,
+		Hub:        a.Hub,
+	}, graph.Options{Log: a.Log, Verifier: a.Issuer, Development: cfg.IsDevelopment(), RateLimit: limits, Base: a.sockets})
 
 	mux := http.NewServeMux()
 	rest.Register(mux, rest.Services{
-		Identity: a.Identity,
-		Sessions: a.Sessions,
-	}, rest.Options{Log: a.Log})
+		Identity:   a.Identity,
+		Sessions:   a.Sessions,
+		Businesses: a.Businesses,
+		Webhooks:   a.Webhooks,
+		Vouchers:   a.Vouchers,
+		Finance:    a.Finance,
+	}, rest.Options{Log: a.Log, Limiter: limits})
 	mux.Handle("/graphql", gql)
 	if cfg.IsDevelopment() {
 		mux.Handle("GET /graphiql", gql)
@@ -135,6 +185,20 @@ func (a *App) build(ctx context.Context) error {
 	return nil
 }
 
+// rateLimits builds the gate both doors charge: budgets in PostgreSQL when
+// that is the database (shared by every replica), in memory on SQLite.
+func (a *App) rateLimits() (*ratelimit.Gate, error) {
+	mode, err := ratelimit.ParseMode(a.Config.RateLimits)
+	if err != nil {
+		return nil, fmt.Errorf("VOUCHER_RATE_LIMITS: %w", err)
+	}
+	clientIP, err := httpx.NewClientIP(a.Config.TrustedProxyList())
+	if err != nil {
+		return nil, fmt.Errorf("VOUCHER_TRUSTED_PROXIES: %w", err)
+	}
+	return ratelimit.NewGate(ratelimit.New(a.DB, mode.Table(), nil), mode, clientIP), nil
+}
+
 // secret returns the configured value, or in development one generated once
 // and kept in the database so replicas share it. Production configuration
 // validation already refused a missing secret.
@@ -154,6 +218,33 @@ func (a *App) secret(ctx context.Context, configured, key string) (string, error
 	})
 }
 
+// buildWebhooks wires deposit events: the outbox (the voucher service's
+// EventSink) wakes the local dispatcher after each commit that queued
+// deliveries; on PostgreSQL the dispatcher also listens for other replicas'.
+func (a *App) buildWebhooks() {
+	cfg := a.Config
+	listen := ""
+	if a.DB.IsPostgres() {
+		listen = cfg.DatabaseURL
+	}
+	a.Dispatcher = webhook.NewDispatcher(a.DB, webhook.DispatcherOptions{
+		Transport:     sender.New(netguard.Options{AllowPrivate: cfg.WebhookAllowPrivate}),
+		Box:           a.Box,
+		AllowPrivate:  cfg.WebhookAllowPrivate,
+		RetryInterval: cfg.WebhookRetryInterval,
+		Workers:       cfg.WebhookWorkers,
+		ListenURL:     listen,
+		Log:           a.Log,
+	})
+	a.Webhooks = webhook.NewService(a.DB, webhook.Options{
+		Box: a.Box, AllowPrivate: cfg.WebhookAllowPrivate, Dispatcher: a.Dispatcher, Log: a.Log,
+	})
+	a.Outbox = webhook.NewOutbox(a.DB, webhook.OutboxOptions{
+		View: func(v *ent.Voucher) any { return voucher.View(v) },
+		Wake: a.Dispatcher.Wake,
+	})
+}
+
 // Handler is the whole HTTP surface.
 func (a *App) Handler() http.Handler { return a.handler }
 
@@ -161,6 +252,12 @@ func (a *App) Handler() http.Handler { return a.handler }
 func (a *App) Start(ctx context.Context) {
 	ctx, a.stop = context.WithCancel(ctx)
 	a.every(ctx, "sweeper", a.Config.SweepInterval, a.sweep)
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
+		// Returns once ctx ends and the attempts in flight are recorded.
+		a.Dispatcher.Run(ctx)
+	}()
 }
 
 // every runs fn every interval until ctx ends.
@@ -188,13 +285,42 @@ func (a *App) every(ctx context.Context, name string, interval time.Duration, fn
 // one replica at a time.
 func (a *App) sweep(ctx context.Context) error {
 	return a.DB.WithTryLock(ctx, storage.LockSweeper, func(ctx context.Context) error {
-		_, err := a.Sessions.SweepExpired(ctx)
-		return err
+		_, serr := a.Sessions.SweepExpired(ctx)
+		_, verr := a.Vouchers.SweepExpired(ctx)
+		return errors.Join(serr, verr)
 	})
+}
+
+// buildVouchers wires the voucher service: the finance config from
+// VOUCHER_FINANCE_FILE (the embedded development default when unset), the
+// FX spread, the voucher lifetime, the outbox as its event sink and the
+// hub as its publisher (used on SQLite; PostgreSQL notifies).
+func (a *App) buildVouchers() error {
+	cfg := a.Config
+	fc := finance.Default()
+	if cfg.FinanceFile != "" {
+		var err error
+		if fc, err = finance.LoadFile(cfg.FinanceFile); err != nil {
+			return fmt.Errorf("VOUCHER_FINANCE_FILE: %w", err)
+		}
+	}
+	fin, err := finance.New(fc, finance.WithSpreadBps(int64(cfg.FXSpreadBps)))
+	if err != nil {
+		return err
+	}
+	a.Finance = fin
+	a.Vouchers, err = voucher.NewService(a.DB, voucher.Options{
+		Finance: fin, Sessions: a.Sessions, TTL: cfg.VoucherTTL,
+		Events: a.Outbox, Publisher: a.Hub, Log: a.Log,
+	})
+	return err
 }
 
 // Shutdown stops the background workers and closes storage.
 func (a *App) Shutdown(ctx context.Context) error {
+	if a.closeSockets != nil {
+		a.closeSockets()
+	}
 	if a.stop != nil {
 		a.stop()
 	}
@@ -204,5 +330,37 @@ func (a *App) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
+	a.closePubsub()
 	return a.DB.Close()
+}
+
+// buildPubsub starts the subscription hub. On SQLite the voucher service
+// publishes to it after each commit; on PostgreSQL every replica's
+// statements NOTIFY and the listener publishes them here (the service's
+// own Publisher stays unused), so a change on any replica reaches this
+// one's subscribers.
+func (a *App) buildPubsub(ctx context.Context) error {
+	a.sockets, a.closeSockets = context.WithCancel(context.Background())
+	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log})
+	if !a.DB.IsPostgres() {
+		return nil
+	}
+	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log})
+	if err != nil {
+		a.Hub.Close()
+		return err
+	}
+	a.listener = l
+	return nil
+}
+
+// closePubsub stops listening and ends every subscription (their sockets
+// are closed by the HTTP server's shutdown).
+func (a *App) closePubsub() {
+	if a.listener != nil {
+		_ = a.listener.Close()
+	}
+	if a.Hub != nil {
+		a.Hub.Close()
+	}
 }

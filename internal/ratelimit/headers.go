@@ -25,13 +25,14 @@ const (
 //	RateLimit-Policy: "auth";q=5;w=300
 //	RateLimit: "auth";r=0;t=42
 //	Retry-After: 42
+//
+// Several decisions of one group (a GraphQL document spending two
+// operations' budgets of that group) make one member that reports the
+// tightest of them: the least remaining, the latest reset.
 func SetHeaders(h http.Header, ds ...Decision) {
 	var policy, state []string
 	var retry time.Duration
-	for _, d := range ds {
-		if d.Limit == 0 {
-			continue
-		}
+	for _, d := range mergeGroups(ds) {
 		name := sfString(string(d.Group))
 		policy = append(policy, name+";q="+strconv.Itoa(d.Policy.Limit)+";w="+strconv.FormatInt(ceilSeconds(d.Policy.Window), 10))
 		state = append(state, name+";r="+strconv.Itoa(d.Remaining)+";t="+strconv.FormatInt(ceilSeconds(d.Reset), 10))
@@ -47,6 +48,30 @@ func SetHeaders(h http.Header, ds ...Decision) {
 	if retry > 0 {
 		h.Set(HeaderRetryAfter, strconv.FormatInt(retryAfterSeconds(retry), 10))
 	}
+}
+
+// mergeGroups keeps the order of first appearance and drops decisions made
+// while limiting is off.
+func mergeGroups(ds []Decision) []Decision {
+	out := make([]Decision, 0, len(ds))
+	at := make(map[Group]int, len(ds))
+	for _, d := range ds {
+		if d.Limit == 0 {
+			continue
+		}
+		i, seen := at[d.Group]
+		if !seen {
+			at[d.Group] = len(out)
+			out = append(out, d)
+			continue
+		}
+		m := &out[i]
+		m.Allowed = m.Allowed && d.Allowed
+		m.Remaining = min(m.Remaining, d.Remaining)
+		m.Reset = max(m.Reset, d.Reset)
+		m.RetryAfter = max(m.RetryAfter, d.RetryAfter)
+	}
+	return out
 }
 
 // Headers returns the fields SetHeaders would write.

@@ -11,6 +11,11 @@
 //
 // On PostgreSQL the counters live in the shared rate_limit_buckets table, so
 // all replicas draw on one budget; on SQLite (one process) they live in memory.
+//
+// The doors do not call Limiter directly but Gate, which names the budget a
+// request spends (its operation and its caller) the same way for a REST route
+// and its GraphQL twin, and caps concurrent websocket connections and
+// subscriptions. docs/rate-limits.md has the whole picture.
 package ratelimit
 
 import (

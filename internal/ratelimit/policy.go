@@ -8,10 +8,12 @@ import (
 	"time"
 )
 
-// Group names one budget from the spec's rate-limit table. Several
-// operations share a group (REST and GraphQL twins, reads and writes of one
-// area), so the group, not the route, is what a caller is charged against.
-// The string is public: it appears in the RateLimit headers.
+// Group names a row of the spec's rate-limit table: the size of a budget.
+// Limiter charges whatever subject it is given against the group's policy;
+// Gate makes that subject one operation and one caller, so each endpoint
+// has its own budget of its group's size (the spec: "Limits apply per
+// endpoint, not per scope"). The string is public: it appears in the
+// RateLimit headers.
 type Group string
 
 // The spec's endpoint groups.
@@ -68,17 +70,23 @@ const maxLimit = math.MaxInt32
 func (t Table) Scale(m float64) Table {
 	out := make(Table, len(t))
 	for g, p := range t {
-		// The epsilon absorbs binary float error (0.29*100 = 28.999...).
-		n := math.Floor(float64(p.Limit)*m + 1e-9)
-		switch {
-		case n < 1:
-			n = 1
-		case n > maxLimit:
-			n = maxLimit
-		}
-		out[g] = Policy{Limit: int(n), Window: p.Window}
+		out[g] = Policy{Limit: scaleLimit(p.Limit, m), Window: p.Window}
 	}
 	return out
+}
+
+// scaleLimit multiplies one limit as Scale does (the gate's concurrency
+// caps scale the same way).
+func scaleLimit(limit int, m float64) int {
+	// The epsilon absorbs binary float error (0.29*100 = 28.999...).
+	n := math.Floor(float64(limit)*m + 1e-9)
+	switch {
+	case n < 1:
+		n = 1
+	case n > maxLimit:
+		n = maxLimit
+	}
+	return int(n)
 }
 
 // Mode is the VOUCHER_RATE_LIMITS setting. The zero Mode is "spec".

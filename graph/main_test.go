@@ -1,0 +1,11 @@
+package graph_test
+
+import (
+	"testing"
+
+	"github.com/voucherd/voucherd/internal/testdb"
+)
+
+// TestMain stops the shared PostgreSQL cluster the tests of this package
+// (through testserver) start.
+func TestMain(m *testing.M) { testdb.Main(m) }

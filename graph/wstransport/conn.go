@@ -1,0 +1,528 @@
+package wstransport
+
+import (
+	"os"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+	"github.com/gorilla/websocket"
+)
+
+type connKey struct{}
+
+// ConnFromContext returns the websocket connection an operation (or an
+// InitFunc) runs on, or nil outside this transport.
+func ConnFromContext(ctx context.Context) *Conn {
+	c, _ := ctx.Value(connKey{}).(*Conn)
+	return c
+}
+
+// Conn is one websocket connection. Its exported methods are safe for
+// concurrent use.
+type Conn struct {
+	t       *Transport
+	ws      *websocket.Conn
+	netConn net.Conn
+	exec    graphql.GraphExecutor
+	legacy  bool
+
+	ctx    context.Context // the connection's own context (values of the upgrade request)
+	cancel context.CancelFunc
+	hooks  []func() // run when the connection ends (ReleaseOnClose)
+
+	prev, next *Conn // Transport's registry, under t.mu
+
+	// Under mu.
+	mu           sync.Mutex
+	opCtx        context.Context // what InitFunc returned; operations derive from it
+	initReceived bool
+	inited       bool
+	ops          []*op
+	readyOps     []*op
+	timerDue     bool
+	scheduled    bool // in the worker pool's queue, or being worked on
+	torn         bool // teardown ran: nothing may be scheduled any more
+	initDeadline time.Time
+	nextPing     time.Time
+	awaitingPong bool
+	expiry       time.Time
+	expiryCode   int
+	expiryReason string
+	closeCode    int
+	closeReason  string
+	closeAsked   bool
+
+	// Under t.sched.mu.
+	wake    time.Time
+	heapIdx int
+
+	// Writes. closing stops new writes; closeSent says the close frame
+	// went out (or the socket was dropped without one).
+	wmu       sync.Mutex
+	closing   atomic.Bool
+	closeSent atomic.Bool
+}
+
+// Subprotocol returns the negotiated subprotocol (SubprotocolTransportWS or
+// SubprotocolLegacy).
+func (c *Conn) Subprotocol() string {
+	if c.legacy {
+		return SubprotocolLegacy
+	}
+	return SubprotocolTransportWS
+}
+
+// Close sends a close frame with code and reason (at most 123 bytes) and
+// ends the connection and all its operations. It does not block: a write
+// in progress finishes first, bounded by CloseGrace.
+func (c *Conn) Close(code int, reason string) { c.closeWith(code, reason) }
+
+// CloseAt closes the connection with code and reason at t (a token's
+// expiry). Of several scheduled closes the earliest wins.
+func (c *Conn) CloseAt(t time.Time, code int, reason string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expiry.IsZero() || t.Before(c.expiry) {
+		c.expiry, c.expiryCode, c.expiryReason = t, code, reason
+		c.rescheduleLocked()
+	}
+}
+
+// Protocol messages the server sends without an operation.
+var (
+	msgAck  = []byte(`{"type":"connection_ack"}`)
+	msgKA   = []byte(`{"type":"ka"}`)
+	msgPing = []byte(`{"type":"ping"}`)
+	msgPong = []byte(`{"type":"pong"}`)
+)
+
+// inMsg is a client message on either protocol.
+type inMsg struct {
+	Type    string          `json:"type"`
+	ID      string          `json:"id"`
+	Payload json.RawMessage `json:"payload"`
+}
+
+// readLoop is the connection's one goroutine. It reads and dispatches
+// messages until the socket fails or closes, then tears the connection
+// down.
+func (c *Conn) readLoop() {
+	if os.Getenv("ZZ") == "1" {
+		for {
+			if _, _, err := c.ws.NextReader(); err != nil {
+				return
+			}
+		}
+	}
+	var err error
+	defer func() { c.teardown(err) }()
+	for {
+		var r io.Reader
+		_, r, err = c.ws.NextReader()
+		if err != nil {
+			return
+		}
+		start := graphql.Now()
+		b, rerr := io.ReadAll(r)
+		if rerr != nil {
+			err = rerr
+			return
+		}
+		if c.closing.Load() {
+			continue // waiting for the client's close frame
+		}
+		if !c.legacy {
+			// A client that talks is alive, whether or not its pong is
+			// among what it said.
+			c.mu.Lock()
+			c.awaitingPong = false
+			c.mu.Unlock()
+		}
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			var m inMsg
+			if json.Unmarshal(b, &m) != nil {
+				c.protocolError("invalid message")
+				return
+			}
+			c.handle(&m, start)
+		}()
+		<-done
+	}
+}
+
+func (c *Conn) handle(m *inMsg, start time.Time) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.t.opts.Log.Error("graphql websocket: panic handling a message", "type", m.Type, "panic", r)
+			c.closeWith(CloseInternalError, "internal error")
+		}
+	}()
+	switch {
+	case m.Type == "connection_init":
+		c.handleInit(m.Payload)
+	case m.Type == "ping" && !c.legacy:
+		if len(m.Payload) > 0 && string(m.Payload) != "null" {
+			c.write(appendMsg(nil, "pong", nil, m.Payload))
+		} else {
+			c.write(msgPong)
+		}
+	case m.Type == "pong" && !c.legacy:
+		// Liveness is noted for every message (readLoop).
+	case m.Type == "subscribe" && !c.legacy, m.Type == "start" && c.legacy:
+		c.startOp(m, start)
+	case m.Type == "complete" && !c.legacy, m.Type == "stop" && c.legacy:
+		c.stopOp(m.ID)
+	case m.Type == "connection_terminate" && c.legacy:
+		c.closeWith(CloseNormal, "terminated")
+	default:
+		c.protocolError("unexpected message " + m.Type)
+	}
+}
+
+// protocolError ends a connection whose client broke the protocol:
+// graphql-transport-ws says 4400; legacy clients get gqlgen's
+// connection_error and 1002.
+func (c *Conn) protocolError(msg string) {
+	if !c.legacy {
+		c.closeWith(CloseInvalidMessage, "Invalid message received")
+		return
+	}
+	c.connectionError(msg)
+	c.closeWith(CloseProtocolError, msg)
+}
+
+// connectionError sends the legacy protocol's connection_error.
+func (c *Conn) connectionError(msg string) {
+	if !c.legacy {
+		return
+	}
+	p, _ := json.Marshal(map[string]string{"message": msg})
+	c.write(appendMsg(nil, "connection_error", nil, p))
+}
+
+func (c *Conn) handleInit(payload json.RawMessage) {
+	c.mu.Lock()
+	again := c.initReceived
+	c.initReceived = true
+	c.mu.Unlock()
+	if again {
+		if !c.legacy {
+			c.closeWith(CloseTooManyInitiation, "Too many initialisation requests")
+		} else {
+			c.protocolError("unexpected message connection_init")
+		}
+		return
+	}
+	var p transport.InitPayload
+	if len(payload) > 0 {
+		if err := json.Unmarshal(payload, &p); err != nil {
+			c.protocolError("invalid connection_init payload")
+			return
+		}
+	}
+	ctx := c.ctx
+	var ack *transport.InitPayload
+	if f := c.t.opts.InitFunc; f != nil {
+		var err error
+		ctx, ack, err = f(c.ctx, p)
+		if err != nil {
+			c.refuse(err)
+			return
+		}
+	}
+	c.mu.Lock()
+	c.opCtx = ctx
+	c.inited = true
+	c.initDeadline = time.Time{}
+	if c.t.opts.KeepAlive > 0 {
+		c.nextPing = time.Now().Add(c.t.opts.KeepAlive)
+	}
+	c.rescheduleLocked()
+	c.mu.Unlock()
+	if ack != nil {
+		b, err := json.Marshal(*ack)
+		if err != nil {
+			c.closeWith(CloseInternalError, "internal error")
+			return
+		}
+		c.write(appendMsg(nil, "connection_ack", nil, b))
+	} else {
+		c.write(msgAck)
+	}
+	if c.legacy && c.t.opts.KeepAlive > 0 {
+		c.write(msgKA)
+	}
+}
+
+// refuse ends a connection whose connection_init InitFunc refused.
+func (c *Conn) refuse(err error) {
+	code, reason, msg := CloseForbidden, "Forbidden", err.Error()
+	var ce *CloseError
+	if errors.As(err, &ce) {
+		code, reason, msg = ce.Code, ce.Reason, ce.Reason
+	}
+	c.connectionError(msg)
+	c.closeWith(code, reason)
+}
+
+// write sends one text message. It reports false when the message did not
+// go out: the connection is closing, or the write failed or timed out (which
+// drops the connection).
+func (c *Conn) write(msg []byte) bool {
+	c.wmu.Lock()
+	ok := !c.closing.Load()
+	if ok {
+		_ = c.ws.SetWriteDeadline(time.Now().Add(c.t.opts.WriteTimeout))
+		if err := c.ws.WriteMessage(websocket.TextMessage, msg); err != nil {
+			ok = false
+			c.dropLocked(err)
+		}
+	}
+	c.unlockWrites()
+	return ok
+}
+
+// unlockWrites releases the write lock and sends a close frame asked for
+// while it was held. A closeWith that found the lock taken relies on this:
+// whoever held it looks again after letting go.
+func (c *Conn) unlockWrites() {
+	c.wmu.Unlock()
+	if c.closing.Load() && !c.closeSent.Load() && c.wmu.TryLock() {
+		c.flushCloseLocked()
+		c.wmu.Unlock()
+	}
+}
+
+// closeWith starts closing: new writes stop, the close frame goes out as
+// soon as no write is in progress, and the reader waits CloseGrace for the
+// client's close frame before dropping the socket.
+func (c *Conn) closeWith(code int, reason string) {
+	if len(reason) > 123 {
+		reason = reason[:123]
+	}
+	c.mu.Lock()
+	if c.closeAsked {
+		c.mu.Unlock()
+		return
+	}
+	c.closeAsked, c.closeCode, c.closeReason = true, code, reason
+	c.mu.Unlock()
+	c.closing.Store(true)
+	if c.wmu.TryLock() {
+		c.flushCloseLocked()
+		c.wmu.Unlock()
+		return
+	}
+	// A write is in progress: it sends the frame when it ends. A peer
+	// that takes nothing must not hold that up for the full WriteTimeout.
+	_ = c.netConn.SetWriteDeadline(time.Now().Add(c.t.opts.CloseGrace))
+}
+
+// flushCloseLocked sends the requested close frame; wmu is held.
+func (c *Conn) flushCloseLocked() {
+	if c.closeSent.Swap(true) {
+		return
+	}
+	c.mu.Lock()
+	code, reason := c.closeCode, c.closeReason
+	c.mu.Unlock()
+	grace := time.Now().Add(c.t.opts.CloseGrace)
+	if err := c.ws.WriteControl(websocket.CloseMessage, websocket.FormatCloseMessage(code, reason), grace); err != nil {
+		_ = c.netConn.Close()
+		return
+	}
+	// The reader keeps going until the client answers with its own close
+	// frame (the clean end) or the grace period passes.
+	_ = c.netConn.SetReadDeadline(grace)
+}
+
+// dropLocked ends a connection whose write failed: a client that does not
+// read is not waited for, and gets no close frame.
+func (c *Conn) dropLocked(err error) {
+	c.closing.Store(true)
+	if !c.closeSent.Swap(true) {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			c.t.opts.Log.Info("graphql websocket dropped: client too slow to take a write", "timeout", c.t.opts.WriteTimeout.String())
+		}
+	}
+	_ = c.netConn.Close()
+}
+
+// teardownUnstarted releases a connection refused before its reader ran.
+func (c *Conn) teardownUnstarted() {
+	_ = c.netConn.Close()
+	c.cancel()
+	runHooks(c.hooks)
+}
+
+// teardown runs once, when the reader stops: every operation ends, the
+// scheduler and registry forget the connection, and the ReleaseOnClose
+// hooks run.
+func (c *Conn) teardown(err error) {
+	c.closing.Store(true)
+	if errors.Is(err, websocket.ErrReadLimit) {
+		// gorilla sent 1009 and stopped reading in the middle of the big
+		// message. Closing with unread data would reset the connection
+		// and could destroy that close frame before the client reads it,
+		// so take (and discard) what the client still sends, briefly.
+		_ = c.netConn.SetReadDeadline(time.Now().Add(c.t.opts.CloseGrace))
+		_, _ = io.Copy(io.Discard, io.LimitReader(c.netConn, 4*c.t.opts.ReadLimit))
+	}
+	c.closeSent.Store(true)
+	_ = c.netConn.Close()
+
+	c.mu.Lock()
+	c.torn = true
+	ops := c.ops
+	c.ops, c.readyOps = nil, nil
+	for _, o := range ops {
+		o.finished = true
+	}
+	c.rescheduleLocked()
+	c.mu.Unlock()
+	for _, o := range ops {
+		c.t.endOp(o)
+		o.cancel()
+	}
+	c.cancel()
+	c.t.unregister(c)
+	runHooks(c.hooks)
+}
+
+// rescheduleLocked puts the connection's next timer event in the shared
+// scheduler; mu is held.
+func (c *Conn) rescheduleLocked() {
+	var next time.Time
+	earliest := func(t time.Time) {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
+	}
+	if !c.torn {
+		if !c.initReceived {
+			earliest(c.initDeadline)
+		}
+		earliest(c.expiry)
+		if c.inited {
+			earliest(c.nextPing)
+		}
+	}
+	c.t.sched.set(c, next)
+}
+
+// timerFired is the scheduler's call: the connection's next event is due.
+func (c *Conn) timerFired() {
+	c.mu.Lock()
+	if c.torn {
+		c.mu.Unlock()
+		return
+	}
+	c.timerDue = true
+	schedule := !c.scheduled
+	c.scheduled = true
+	c.mu.Unlock()
+	if schedule {
+		c.t.pool.push(c)
+	}
+}
+
+// onTimer runs on a worker: the init timeout, a scheduled close, or a
+// keep-alive ping (and the pong check) is due.
+func (c *Conn) onTimer() {
+	now := time.Now()
+	var (
+		closeCode   int
+		closeReason string
+		send        []byte
+		logClose    bool
+	)
+	c.mu.Lock()
+	switch {
+	case c.torn:
+	case !c.initReceived && !c.initDeadline.IsZero() && !now.Before(c.initDeadline):
+		closeCode, closeReason = CloseInitTimeout, "Connection initialisation timeout"
+	case !c.expiry.IsZero() && !now.Before(c.expiry):
+		closeCode, closeReason, logClose = c.expiryCode, c.expiryReason, true
+	case c.inited && !c.nextPing.IsZero() && !now.Before(c.nextPing):
+		c.nextPing = now.Add(c.t.opts.KeepAlive)
+		switch {
+		case c.legacy:
+			send = msgKA
+		case c.awaitingPong:
+			closeCode, closeReason, logClose = ClosePolicyViolation, "no pong to the keep-alive ping", true
+		default:
+			send = msgPing
+			c.awaitingPong = true
+		}
+	}
+	c.rescheduleLocked()
+	c.mu.Unlock()
+	if closeCode != 0 {
+		if logClose {
+			c.t.opts.Log.InfoContext(c.ctx, "graphql websocket closed", "code", closeCode, "reason", closeReason)
+		}
+		c.closeWith(closeCode, closeReason)
+		return
+	}
+	if send != nil {
+		c.write(send)
+	}
+}
+
+// work runs on a worker of the pool: the connection's due timer and its
+// ready subscriptions, until nothing is left. At most one worker works on a
+// connection at a time, so a slow client holds up one worker at most.
+func (c *Conn) work() {
+	for {
+		c.mu.Lock()
+		if c.torn {
+			c.readyOps, c.timerDue, c.scheduled = nil, false, false
+			c.mu.Unlock()
+			return
+		}
+		ops := c.readyOps
+		c.readyOps = nil
+		timer := c.timerDue
+		c.timerDue = false
+		if len(ops) == 0 && !timer {
+			c.scheduled = false
+			c.mu.Unlock()
+			return
+		}
+		n := 0
+		for _, o := range ops {
+			o.queued = false
+			// An operation still being dispatched is signalled again by
+			// runOp once its handler exists.
+			if o.lean && o.h != nil && !o.finished {
+				ops[n] = o
+				n++
+			}
+		}
+		ops = ops[:n]
+		c.mu.Unlock()
+		if timer {
+			c.onTimer()
+		}
+		for _, o := range ops {
+			c.drain(o)
+		}
+	}
+}
+
+func runHooks(hooks []func()) {
+	for i := len(hooks) - 1; i >= 0; i-- {
+		hooks[i]()
+	}
+}

@@ -1,0 +1,617 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"hash/fnv"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+)
+
+// Kind is what a subscription follows.
+type Kind uint8
+
+// Subscription kinds: one voucher, every voucher of a payer's session, or
+// every voucher of a business.
+const (
+	ByVoucher Kind = iota
+	BySession
+	ByBusiness
+	numKinds
+)
+
+// ErrSlow ends a subscription whose reader fell too far behind: more
+// distinct vouchers changed than it may have waiting. Coalescing already
+// folds repeated changes of one voucher into its latest version, so this
+// only happens to a business-wide subscriber that stopped reading.
+var ErrSlow = errors.New("pubsub: subscriber fell behind")
+
+// ErrClosed is returned by Next after Close.
+var ErrClosed = errors.New("pubsub: subscription closed")
+
+// Loader reads vouchers for the hub. The hub loads each change once per
+// replica, however many subscribers receive it.
+type Loader interface {
+	// Load returns the current state of the vouchers with these ids;
+	// ids that no longer exist are left out.
+	Load(ctx context.Context, ids []string) ([]*ent.Voucher, error)
+	// ChangedSince lists the vouchers changed at or after t (keys only),
+	// to re-send what a listener gap may have lost.
+	ChangedSince(ctx context.Context, t time.Time) ([]VoucherChange, error)
+}
+
+// Options tune a Hub; zero values take the defaults.
+type Options struct {
+	// Shards is the number of loader goroutines. A voucher always goes
+	// through the same shard, which keeps its versions in order.
+	Shards int
+	// MaxPending bounds the distinct vouchers waiting for one subscriber
+	// before it is dropped with ErrSlow (default 64).
+	MaxPending int
+	// MaxBatch bounds how many vouchers one load reads (default 256).
+	MaxBatch int
+	Log      *slog.Logger
+}
+
+// Hub fans voucher changes out to this replica's subscribers. Publish is
+// cheap and never blocks on a subscriber: changes nobody follows are dropped
+// at once, the rest are loaded by a shard worker (one query per batch) and
+// handed to each subscriber's mailbox, where repeated changes of one voucher
+// coalesce to the newest version.
+type Hub struct {
+	loader     Loader
+	log        *slog.Logger
+	maxPending int
+	maxBatch   int
+
+	mu    sync.RWMutex
+	index [numKinds]map[string][]*Subscription
+	count atomic.Int64
+
+	shards []*shard
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed atomic.Bool
+
+	delivered atomic.Int64
+	dropped   atomic.Int64
+}
+
+// NewHub starts a hub reading vouchers through loader. Close stops it.
+func NewHub(loader Loader, opts Options) *Hub {
+	if opts.Shards <= 0 {
+		opts.Shards = 4
+	}
+	if opts.MaxPending <= 0 {
+		opts.MaxPending = 64
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 256
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	h := &Hub{loader: loader, log: opts.Log, maxPending: opts.MaxPending, maxBatch: opts.MaxBatch, stop: make(chan struct{})}
+	for k := range h.index {
+		h.index[k] = map[string][]*Subscription{}
+	}
+	h.shards = make([]*shard, opts.Shards)
+	for i := range h.shards {
+		s := &shard{hub: h, pending: map[string]pendingChange{}, wake: make(chan struct{}, 1), seen: newVersionMemo(50_000)}
+		h.shards[i] = s
+		h.wg.Add(1)
+		go s.run()
+	}
+	return h
+}
+
+// Close stops the shard workers and ends every subscription.
+func (h *Hub) Close() {
+	if !h.closed.CompareAndSwap(false, true) {
+		return
+	}
+	close(h.stop)
+	h.wg.Wait()
+	h.mu.Lock()
+	var all []*Subscription
+	for k := range h.index {
+		for _, subs := range h.index[k] {
+			all = append(all, subs...)
+		}
+		h.index[k] = map[string][]*Subscription{}
+	}
+	h.mu.Unlock()
+	for _, s := range all {
+		s.end(ErrClosed)
+	}
+}
+
+// Stats are the hub's counters, for metrics and benchmarks.
+type Stats struct {
+	// Subscriptions is how many are open now.
+	Subscriptions int64
+	// Delivered counts events handed to subscribers' mailboxes.
+	Delivered int64
+	// Dropped counts subscribers ended with ErrSlow.
+	Dropped int64
+}
+
+// Stats returns the hub's counters.
+func (h *Hub) Stats() Stats {
+	return Stats{Subscriptions: h.count.Load(), Delivered: h.delivered.Load(), Dropped: h.dropped.Load()}
+}
+
+// Publish records that a voucher changed. It implements Publisher.
+func (h *Hub) Publish(c VoucherChange) {
+	if c.ID == "" || !h.interested(c) {
+		return
+	}
+	h.shardFor(c.ID).add(c, false)
+}
+
+// Resync re-sends current state after changes may have been lost (a
+// LISTEN connection that dropped): every followed voucher is loaded and sent
+// again, and so is every voucher of a followed session or business changed
+// at or after since. Versions may repeat; they never go back.
+func (h *Hub) Resync(ctx context.Context, since time.Time) error {
+	changes, err := h.loader.ChangedSince(ctx, since)
+	if err != nil {
+		return err
+	}
+	// One reload per voucher, however it is followed.
+	todo := map[string]VoucherChange{}
+	for _, c := range changes {
+		if h.interested(c) {
+			todo[c.ID] = c
+		}
+	}
+	h.mu.RLock()
+	for id := range h.index[ByVoucher] {
+		if _, ok := todo[id]; !ok {
+			todo[id] = VoucherChange{ID: id}
+		}
+	}
+	h.mu.RUnlock()
+	for _, c := range todo {
+		h.shardFor(c.ID).add(c, true)
+	}
+	return nil
+}
+
+func (h *Hub) interested(c VoucherChange) bool {
+	h.mu.RLock()
+	defer h.mu.RUnlock()
+	return len(h.index[ByVoucher][c.ID]) > 0 ||
+		(c.SessionID != "" && len(h.index[BySession][c.SessionID]) > 0) ||
+		(c.BusinessID != "" && len(h.index[ByBusiness][c.BusinessID]) > 0)
+}
+
+func (h *Hub) shardFor(id string) *shard {
+	f := fnv.New32a()
+	_, _ = f.Write([]byte(id))
+	return h.shards[f.Sum32()%uint32(len(h.shards))]
+}
+
+// Subscribe follows key (a voucher, session or business id). The caller
+// has already checked that it may; it must Close the subscription when done
+// (typically with context.AfterFunc on the request's context, so no
+// goroutine waits for it).
+func (h *Hub) Subscribe(kind Kind, key string) *Subscription {
+	s := &Subscription{hub: h, kind: kind, key: key, ready: make(chan struct{}, 1)}
+	if h.closed.Load() {
+		s.err = ErrClosed
+		return s
+	}
+	h.mu.Lock()
+	h.index[kind][key] = append(h.index[kind][key], s)
+	h.mu.Unlock()
+	h.count.Add(1)
+	return s
+}
+
+func (h *Hub) remove(s *Subscription) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	subs := h.index[s.kind][s.key]
+	for i, x := range subs {
+		if x == s {
+			last := len(subs) - 1
+			subs[i] = subs[last]
+			subs[last] = nil
+			subs = subs[:last]
+			if len(subs) == 0 {
+				delete(h.index[s.kind], s.key)
+			} else {
+				h.index[s.kind][s.key] = subs
+			}
+			h.count.Add(-1)
+			return
+		}
+	}
+}
+
+// dispatch hands ev to every subscriber following its voucher, session or
+// business. It never blocks on a subscriber.
+func (h *Hub) dispatch(ev *Event, buf []*Subscription) []*Subscription {
+	v := ev.Voucher
+	buf = buf[:0]
+	h.mu.RLock()
+	buf = append(buf, h.index[ByVoucher][v.ID]...)
+	buf = append(buf, h.index[BySession][v.SessionID]...)
+	if v.BusinessID != nil {
+		buf = append(buf, h.index[ByBusiness][*v.BusinessID]...)
+	}
+	h.mu.RUnlock()
+	for _, s := range buf {
+		switch s.deliver(ev, h.maxPending) {
+		case deliverDropped:
+			h.dropped.Add(1)
+			h.remove(s)
+		case deliverQueued:
+			h.delivered.Add(1)
+		}
+	}
+	clear(buf)
+	return buf
+}
+
+// Event is one voucher state to send. All subscribers receiving it share
+// the same loaded voucher and the same rendered bytes (see Render).
+type Event struct {
+	Voucher *ent.Voucher
+	// Resync marks a re-send after possible loss: its version may equal
+	// the last one a subscriber saw.
+	Resync bool
+
+	mu      sync.Mutex
+	renders []*rendering
+}
+
+type rendering struct {
+	key  string
+	once sync.Once
+	data []byte
+	ok   bool
+}
+
+// Render returns the event rendered for key (a selection-set fingerprint),
+// calling render at most once per key for all subscribers of this event; the
+// others wait for that one result. ok is false when render declined to
+// share its result (each caller then renders for itself).
+func (e *Event) Render(key string, render func() ([]byte, bool)) ([]byte, bool) {
+	e.mu.Lock()
+	var r *rendering
+	for _, x := range e.renders {
+		if x.key == key {
+			r = x
+			break
+		}
+	}
+	if r == nil {
+		r = &rendering{key: key}
+		e.renders = append(e.renders, r)
+	}
+	e.mu.Unlock()
+	r.once.Do(func() { r.data, r.ok = render() })
+	return r.data, r.ok
+}
+
+// Subscription is one subscriber's mailbox. It holds no goroutine: the hub
+// writes into it, and the subscriber either waits in Next or, with Notify,
+// is called back to read with TryNext (so an idle subscriber needs no
+// goroutine at all).
+type Subscription struct {
+	hub   *Hub
+	kind  Kind
+	key   string
+	ready chan struct{}
+
+	mu     sync.Mutex
+	queue  []*Event
+	err    error
+	closed bool
+	notify func()
+}
+
+// Notify makes the hub call f (from its own goroutine; f must not block)
+// whenever an event is queued or the subscription ends. Set it once,
+// before events can arrive, or right after subscribing and then check
+// Pending.
+func (s *Subscription) Notify(f func()) {
+	s.mu.Lock()
+	s.notify = f
+	s.mu.Unlock()
+}
+
+// Pending reports whether TryNext has something to return: an event, or
+// the end of the subscription.
+func (s *Subscription) Pending() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue) > 0 || s.err != nil || s.closed
+}
+
+// TryNext returns the next event without waiting: (nil, nil) when none is
+// queued, ErrSlow or ErrClosed when the subscription ended.
+func (s *Subscription) TryNext() (*Event, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.queue) > 0 {
+		return s.popLocked(), nil
+	}
+	if s.err != nil {
+		return nil, s.err
+	}
+	if s.closed {
+		return nil, ErrClosed
+	}
+	return nil, nil
+}
+
+func (s *Subscription) popLocked() *Event {
+	ev := s.queue[0]
+	s.queue[0] = nil
+	if len(s.queue) == 1 {
+		s.queue = nil // give the backing array back to the GC
+	} else {
+		s.queue = s.queue[1:]
+	}
+	return ev
+}
+
+// signal wakes a waiting Next and calls the Notify function.
+func (s *Subscription) signal(notify func()) {
+	select {
+	case s.ready <- struct{}{}:
+	default:
+	}
+	if notify != nil {
+		notify()
+	}
+}
+
+type deliverResult uint8
+
+const (
+	deliverIgnored deliverResult = iota
+	deliverQueued
+	deliverDropped
+)
+
+func (s *Subscription) deliver(ev *Event, max int) deliverResult {
+	s.mu.Lock()
+	if s.closed || s.err != nil {
+		s.mu.Unlock()
+		return deliverIgnored
+	}
+	res := deliverQueued
+	coalesced := false
+	for i, q := range s.queue {
+		if q.Voucher.ID == ev.Voucher.ID {
+			// The shard delivers one voucher's versions in order, so the
+			// newer event simply replaces the one not yet read.
+			if ev.Voucher.Version > q.Voucher.Version || ev.Resync {
+				s.queue[i] = ev
+			}
+			coalesced = true
+			break
+		}
+	}
+	if !coalesced {
+		if len(s.queue) >= max {
+			s.queue, s.err, res = nil, ErrSlow, deliverDropped
+		} else {
+			s.queue = append(s.queue, ev)
+		}
+	}
+	notify := s.notify
+	s.mu.Unlock()
+	s.signal(notify)
+	return res
+}
+
+// Next waits for the next event. It returns ctx's error when ctx ends,
+// ErrSlow when the subscriber fell behind, ErrClosed after Close.
+func (s *Subscription) Next(ctx context.Context) (*Event, error) {
+	for {
+		s.mu.Lock()
+		if len(s.queue) > 0 {
+			ev := s.popLocked()
+			s.mu.Unlock()
+			return ev, nil
+		}
+		err := s.err
+		if err == nil && s.closed {
+			err = ErrClosed
+		}
+		s.mu.Unlock()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case <-s.ready:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Close stops the subscription and removes it from the hub. It is safe to
+// call more than once and from any goroutine.
+func (s *Subscription) Close() {
+	s.mu.Lock()
+	already := s.closed
+	s.closed = true
+	s.queue = nil
+	notify := s.notify
+	s.mu.Unlock()
+	if !already {
+		s.hub.remove(s)
+		s.signal(notify)
+	}
+}
+
+func (s *Subscription) end(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.queue = nil
+	notify := s.notify
+	s.mu.Unlock()
+	s.signal(notify)
+}
+
+// shard loads and dispatches the changes of the vouchers hashed to it.
+type shard struct {
+	hub     *Hub
+	mu      sync.Mutex
+	pending map[string]pendingChange
+	wake    chan struct{}
+	// seen remembers the last version dispatched per voucher, so a change
+	// whose load already returned a later version is not sent twice.
+	seen *versionMemo
+}
+
+type pendingChange struct {
+	change VoucherChange
+	resync bool
+}
+
+func (s *shard) add(c VoucherChange, resync bool) {
+	s.mu.Lock()
+	p, ok := s.pending[c.ID]
+	if !ok || c.Version >= p.change.Version {
+		p.change = c
+	}
+	p.resync = p.resync || resync
+	s.pending[c.ID] = p
+	s.mu.Unlock()
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (s *shard) take(max int) []pendingChange {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil
+	}
+	n := min(len(s.pending), max)
+	batch := make([]pendingChange, 0, n)
+	for id, p := range s.pending {
+		if len(batch) == n {
+			break
+		}
+		batch = append(batch, p)
+		delete(s.pending, id)
+	}
+	return batch
+}
+
+// putBack re-queues a batch whose load failed, unless newer changes came.
+func (s *shard) putBack(batch []pendingChange) {
+	s.mu.Lock()
+	for _, p := range batch {
+		if q, ok := s.pending[p.change.ID]; ok {
+			q.resync = q.resync || p.resync
+			s.pending[p.change.ID] = q
+		} else {
+			s.pending[p.change.ID] = p
+		}
+	}
+	s.mu.Unlock()
+}
+
+func (s *shard) run() {
+	h := s.hub
+	defer h.wg.Done()
+	var buf []*Subscription
+	for {
+		select {
+		case <-h.stop:
+			return
+		case <-s.wake:
+		}
+		for {
+			batch := s.take(h.maxBatch)
+			if batch == nil {
+				break
+			}
+			var err error
+			buf, err = s.process(batch, buf)
+			if err != nil {
+				h.log.Error("pubsub: loading changed vouchers failed; retrying", "err", err.Error(), "vouchers", len(batch))
+				s.putBack(batch)
+				select {
+				case <-h.stop:
+					return
+				case <-time.After(250 * time.Millisecond):
+				}
+			}
+		}
+	}
+}
+
+func (s *shard) process(batch []pendingChange, buf []*Subscription) ([]*Subscription, error) {
+	h := s.hub
+	ids := make([]string, 0, len(batch))
+	resync := make(map[string]bool, len(batch))
+	for _, p := range batch {
+		if p.resync || h.interested(p.change) {
+			ids = append(ids, p.change.ID)
+			resync[p.change.ID] = p.resync
+		}
+	}
+	if len(ids) == 0 {
+		return buf, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	vs, err := h.loader.Load(ctx, ids)
+	if err != nil {
+		return buf, err
+	}
+	for _, v := range vs {
+		r := resync[v.ID]
+		if last, ok := s.seen.get(v.ID); ok && (v.Version < last || (v.Version == last && !r)) {
+			continue
+		}
+		s.seen.put(v.ID, v.Version)
+		buf = h.dispatch(&Event{Voucher: v, Resync: r}, buf)
+	}
+	return buf, nil
+}
+
+// versionMemo is a bounded map from voucher id to the last version sent:
+// two generations, the older dropped when the newer fills. A forgotten
+// voucher can at worst be sent once more at the same version.
+type versionMemo struct {
+	max       int
+	cur, prev map[string]int
+}
+
+func newVersionMemo(max int) *versionMemo {
+	return &versionMemo{max: max, cur: map[string]int{}, prev: map[string]int{}}
+}
+
+func (m *versionMemo) get(id string) (int, bool) {
+	if v, ok := m.cur[id]; ok {
+		return v, true
+	}
+	v, ok := m.prev[id]
+	return v, ok
+}
+
+func (m *versionMemo) put(id string, v int) {
+	if len(m.cur) >= m.max {
+		m.prev, m.cur = m.cur, make(map[string]int, m.max/4)
+	}
+	m.cur[id] = v
+}

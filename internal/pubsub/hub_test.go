@@ -1,0 +1,406 @@
+package pubsub
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+)
+
+// fakeLoader is an in-memory voucher table that counts its loads.
+type fakeLoader struct {
+	mu       sync.Mutex
+	rows     map[string]*ent.Voucher
+	loads    atomic.Int64
+	loadedID map[string]int
+	failNext atomic.Int64
+	changed  []VoucherChange
+}
+
+func newFakeLoader() *fakeLoader {
+	return &fakeLoader{rows: map[string]*ent.Voucher{}, loadedID: map[string]int{}}
+}
+
+func (f *fakeLoader) set(id, session, business string, version int) VoucherChange {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := &ent.Voucher{ID: id, SessionID: session, Version: version, PayerID: "dev_p", PayeeID: "ses_x"}
+	if business != "" {
+		v.BusinessID = &business
+	}
+	f.rows[id] = v
+	return ChangeOf(v)
+}
+
+func (f *fakeLoader) Load(_ context.Context, ids []string) ([]*ent.Voucher, error) {
+	if f.failNext.Load() > 0 {
+		f.failNext.Add(-1)
+		return nil, errors.New("database unavailable")
+	}
+	f.loads.Add(1)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*ent.Voucher
+	for _, id := range ids {
+		f.loadedID[id]++
+		if v, ok := f.rows[id]; ok {
+			cp := *v // each load is a fresh row, as from the database
+			out = append(out, &cp)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeLoader) ChangedSince(context.Context, time.Time) ([]VoucherChange, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]VoucherChange(nil), f.changed...), nil
+}
+
+func next(t *testing.T, s *Subscription) *Event {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	ev, err := s.Next(ctx)
+	if err != nil {
+		t.Fatalf("Next: %v", err)
+	}
+	return ev
+}
+
+func nothing(t *testing.T, s *Subscription) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if ev, err := s.Next(ctx); err == nil {
+		t.Fatalf("unexpected event %s v%d", ev.Voucher.ID, ev.Voucher.Version)
+	}
+}
+
+func newHub(t *testing.T, l Loader, opts Options) *Hub {
+	h := NewHub(l, opts)
+	t.Cleanup(h.Close)
+	return h
+}
+
+func TestRouting(t *testing.T) {
+	cases := []struct {
+		name     string
+		kind     Kind
+		key      string
+		voucher  string
+		session  string
+		business string
+		want     bool
+	}{
+		{"voucher id", ByVoucher, "vch_1", "vch_1", "ses_1", "", true},
+		{"other voucher", ByVoucher, "vch_2", "vch_1", "ses_1", "", false},
+		{"session", BySession, "ses_1", "vch_1", "ses_1", "", true},
+		{"other session", BySession, "ses_2", "vch_1", "ses_1", "", false},
+		{"business", ByBusiness, "biz_1", "vch_1", "ses_1", "biz_1", true},
+		{"voucher without business", ByBusiness, "biz_1", "vch_1", "ses_1", "", false},
+		{"other business", ByBusiness, "biz_2", "vch_1", "ses_1", "biz_1", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newFakeLoader()
+			h := newHub(t, l, Options{})
+			s := h.Subscribe(tc.kind, tc.key)
+			defer s.Close()
+			h.Publish(l.set(tc.voucher, tc.session, tc.business, 2))
+			if !tc.want {
+				nothing(t, s)
+				if n := l.loads.Load(); n != 0 {
+					t.Fatalf("a change nobody follows was loaded %d times", n)
+				}
+				return
+			}
+			ev := next(t, s)
+			if ev.Voucher.ID != tc.voucher || ev.Voucher.Version != 2 || ev.Resync {
+				t.Fatalf("event = %+v", ev.Voucher)
+			}
+		})
+	}
+}
+
+// Many subscribers of one change share one load, one event and one
+// rendering per selection.
+func TestOneLoadAndOneRenderPerChange(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	var subs []*Subscription
+	for i := 0; i < 50; i++ {
+		subs = append(subs, h.Subscribe(ByVoucher, "vch_1"), h.Subscribe(BySession, "ses_1"), h.Subscribe(ByBusiness, "biz_1"))
+	}
+	h.Publish(l.set("vch_1", "ses_1", "biz_1", 3))
+	var renders atomic.Int64
+	var wg sync.WaitGroup
+	events := make([]*Event, len(subs))
+	for i, s := range subs {
+		events[i] = next(t, s)
+		wg.Add(1)
+		go func(ev *Event) {
+			defer wg.Done()
+			b, ok := ev.Render("sel", func() ([]byte, bool) {
+				renders.Add(1)
+				time.Sleep(5 * time.Millisecond)
+				return []byte(`{"v":3}`), true
+			})
+			if !ok || string(b) != `{"v":3}` {
+				t.Errorf("render = %q %v", b, ok)
+			}
+		}(events[i])
+	}
+	wg.Wait()
+	for _, ev := range events[1:] {
+		if ev != events[0] {
+			t.Fatal("subscribers got different events for one change")
+		}
+	}
+	if n := l.loads.Load(); n != 1 {
+		t.Fatalf("loads = %d, want 1", n)
+	}
+	if n := renders.Load(); n != 1 {
+		t.Fatalf("renders = %d, want 1", n)
+	}
+	// A declined rendering is not shared: each caller renders itself.
+	ev := events[0]
+	for i := 0; i < 2; i++ {
+		if _, ok := ev.Render("other", func() ([]byte, bool) { return nil, false }); ok {
+			t.Fatal("declined rendering reported ok")
+		}
+	}
+}
+
+func TestVersionsNeverGoBackOrRepeat(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	defer s.Close()
+	// The notification says v1, but v2 committed before the load: v2 is sent.
+	c1 := l.set("vch_1", "ses_1", "", 1)
+	l.set("vch_1", "ses_1", "", 2)
+	h.Publish(c1)
+	if ev := next(t, s); ev.Voucher.Version != 2 {
+		t.Fatalf("got v%d, want v2", ev.Voucher.Version)
+	}
+	// v2's own notification then finds nothing new.
+	h.Publish(VoucherChange{ID: "vch_1", Version: 2, SessionID: "ses_1"})
+	nothing(t, s)
+	h.Publish(l.set("vch_1", "ses_1", "", 3))
+	if ev := next(t, s); ev.Voucher.Version != 3 {
+		t.Fatalf("got v%d, want v3", ev.Voucher.Version)
+	}
+}
+
+// A subscriber that does not read keeps only the newest version of each
+// voucher; past MaxPending distinct vouchers it is dropped, and nobody else
+// waits for it.
+func TestSlowSubscriber(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{MaxPending: 3})
+	slow := h.Subscribe(ByBusiness, "biz_1")
+	fast := h.Subscribe(ByVoucher, "vch_a")
+	defer fast.Close()
+	for v := 1; v <= 5; v++ {
+		h.Publish(l.set("vch_a", "ses_1", "biz_1", v))
+		if ev := next(t, fast); ev.Voucher.Version != v {
+			t.Fatalf("fast subscriber got v%d, want v%d", ev.Voucher.Version, v)
+		}
+	}
+	ev := next(t, slow)
+	if ev.Voucher.ID != "vch_a" || ev.Voucher.Version != 5 {
+		t.Fatalf("coalesced event = %s v%d, want vch_a v5", ev.Voucher.ID, ev.Voucher.Version)
+	}
+	nothing(t, slow)
+	for _, id := range []string{"vch_b", "vch_c", "vch_d", "vch_e"} {
+		h.Publish(l.set(id, "ses_1", "biz_1", 1))
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for h.Stats().Dropped == 0 && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := slow.Next(context.Background()); !errors.Is(err, ErrSlow) {
+		t.Fatalf("slow subscriber: err = %v, want ErrSlow", err)
+	}
+	if st := h.Stats(); st.Dropped != 1 || st.Subscriptions != 1 {
+		t.Fatalf("stats = %+v", st)
+	}
+}
+
+func TestCloseAndCancel(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	s := h.Subscribe(BySession, "ses_1")
+	if h.Stats().Subscriptions != 1 {
+		t.Fatal("subscription not counted")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { _, err := s.Next(ctx); done <- err }()
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Next after cancel: %v", err)
+	}
+	go func() { _, err := s.Next(context.Background()); done <- err }()
+	s.Close()
+	s.Close()
+	if err := <-done; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Next after Close: %v", err)
+	}
+	if n := h.Stats().Subscriptions; n != 0 {
+		t.Fatalf("subscriptions after Close = %d", n)
+	}
+	h.Publish(l.set("vch_1", "ses_1", "", 1))
+	time.Sleep(20 * time.Millisecond)
+	if n := l.loads.Load(); n != 0 {
+		t.Fatalf("change for a closed subscription was loaded")
+	}
+}
+
+func TestLoadFailureIsRetried(t *testing.T) {
+	l := newFakeLoader()
+	l.failNext.Store(2)
+	h := newHub(t, l, Options{Log: discardLog()})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	defer s.Close()
+	h.Publish(l.set("vch_1", "ses_1", "", 4))
+	if ev := next(t, s); ev.Voucher.Version != 4 {
+		t.Fatalf("got v%d", ev.Voucher.Version)
+	}
+}
+
+func TestResync(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	byID := h.Subscribe(ByVoucher, "vch_1")
+	bySession := h.Subscribe(BySession, "ses_9")
+	byBusiness := h.Subscribe(ByBusiness, "biz_1")
+	defer byID.Close()
+	defer bySession.Close()
+	defer byBusiness.Close()
+	h.Publish(l.set("vch_1", "ses_1", "", 1))
+	next(t, byID)
+
+	// During a gap vch_2 (session ses_9) and vch_3 (business biz_1)
+	// changed; vch_4 belongs to nobody followed.
+	l.changed = []VoucherChange{
+		l.set("vch_2", "ses_9", "", 2),
+		l.set("vch_3", "ses_5", "biz_1", 7),
+		l.set("vch_4", "ses_6", "", 1),
+	}
+	if err := h.Resync(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// The id subscriber gets its (unchanged) current state again.
+	if ev := next(t, byID); ev.Voucher.Version != 1 || !ev.Resync {
+		t.Fatalf("id resync: v%d resync=%v", ev.Voucher.Version, ev.Resync)
+	}
+	if ev := next(t, bySession); ev.Voucher.ID != "vch_2" || !ev.Resync {
+		t.Fatalf("session resync: %s", ev.Voucher.ID)
+	}
+	if ev := next(t, byBusiness); ev.Voucher.ID != "vch_3" || ev.Voucher.Version != 7 {
+		t.Fatalf("business resync: %s v%d", ev.Voucher.ID, ev.Voucher.Version)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.loadedID["vch_4"] != 0 {
+		t.Fatal("resync loaded a voucher nobody follows")
+	}
+}
+
+func TestNoGoroutinePerSubscription(t *testing.T) {
+	l := newFakeLoader()
+	before := runtime.NumGoroutine()
+	h := NewHub(l, Options{Shards: 2})
+	subs := make([]*Subscription, 1000)
+	for i := range subs {
+		subs[i] = h.Subscribe(BySession, "ses_"+string(rune('a'+i%26)))
+	}
+	if n := runtime.NumGoroutine() - before; n > 2 {
+		t.Fatalf("hub with 1000 subscriptions runs %d goroutines, want the 2 shards", n)
+	}
+	for _, s := range subs {
+		s.Close()
+	}
+	h.Close()
+	deadline := time.Now().Add(time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := runtime.NumGoroutine(); n > before {
+		t.Fatalf("goroutines after Close: %d, before: %d", n, before)
+	}
+}
+
+// BenchmarkIdleSubscription reports the hub's own memory per idle
+// subscription (the websocket and gqlgen's per-subscription goroutine come
+// on top; see graph's BenchmarkIdleSubscriptions).
+func BenchmarkIdleSubscription(b *testing.B) {
+	h := NewHub(newFakeLoader(), Options{})
+	defer h.Close()
+	const n = 20_000
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = "vch_" + time.Now().Add(time.Duration(i)).Format("150405.000000000")
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		runtime.GC()
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		subs := make([]*Subscription, n)
+		for j := range subs {
+			subs[j] = h.Subscribe(ByVoucher, keys[j])
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&m1)
+		b.ReportMetric(float64(m1.HeapAlloc-m0.HeapAlloc)/n, "B/subscription")
+		for _, s := range subs {
+			s.Close()
+		}
+	}
+}
+
+func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A subscriber without a goroutine: the hub calls it back, it reads what
+// is queued with TryNext.
+func TestNotifyAndTryNext(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	woken := make(chan struct{}, 8)
+	s.Notify(func() { woken <- struct{}{} })
+	if ev, err := s.TryNext(); ev != nil || err != nil || s.Pending() {
+		t.Fatalf("empty mailbox: %v %v", ev, err)
+	}
+	h.Publish(l.set("vch_1", "ses_1", "", 1))
+	select {
+	case <-woken:
+	case <-time.After(2 * time.Second):
+		t.Fatal("not notified of an event")
+	}
+	if !s.Pending() {
+		t.Fatal("event not pending")
+	}
+	if ev, err := s.TryNext(); err != nil || ev == nil || ev.Voucher.Version != 1 {
+		t.Fatalf("TryNext = %v %v", ev, err)
+	}
+	s.Close()
+	select {
+	case <-woken:
+	case <-time.After(2 * time.Second):
+		t.Fatal("not notified of the end")
+	}
+	if _, err := s.TryNext(); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+}

@@ -1,0 +1,202 @@
+package voucher
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/interopsubmission"
+	"github.com/voucherd/voucherd/ent/predicate"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+)
+
+// Query bounds.
+const (
+	DefaultQueryLimit = 20
+	MaxQueryLimit     = 100
+)
+
+// QueryInput filters GET /api/v1/vouchers. Empty strings and nil numbers
+// mean "no filter" and the defaults.
+type QueryInput struct {
+	Code      string `json:"code,omitempty"`
+	SessionID string `json:"sessionId,omitempty"`
+	Status    string `json:"status,omitempty"`
+	Limit     *int   `json:"limit,omitempty"`
+	Offset    *int   `json:"offset,omitempty"`
+}
+
+// Query lists the vouchers the caller may see (exactly those Get would
+// return), newest first, filtered by in. Statuses are the read model's: an
+// expired voucher counts as DISCARDED before the sweeper records it.
+func (s *Service) Query(ctx context.Context, in QueryInput) ([]*ent.Voucher, error) {
+	if _, err := auth.RequireAny(ctx); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	if in.Code != "" {
+		v.Check(len(in.Code) == CodeLength && digitsRe.MatchString(in.Code), "code", "must be 6 digits")
+	}
+	if in.Status != "" {
+		v.Check(entvoucher.StatusValidator(entvoucher.Status(in.Status)) == nil, "status", "must be RESERVED, REDEEMED, RESOLVED or DISCARDED")
+	}
+	limit, offset := DefaultQueryLimit, 0
+	if in.Limit != nil {
+		limit = *in.Limit
+		v.Check(limit >= 1 && limit <= MaxQueryLimit, "limit", fmt.Sprintf("must be an integer from 1 to %d", MaxQueryLimit))
+	}
+	if in.Offset != nil {
+		offset = *in.Offset
+		v.Check(offset >= 0, "offset", "must be a non-negative integer")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+
+	q, err := s.VisibleQuery(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if in.Code != "" {
+		q = q.Where(entvoucher.Code(in.Code))
+	}
+	if in.SessionID != "" {
+		q = q.Where(entvoucher.SessionID(in.SessionID))
+	}
+	if in.Status != "" {
+		q = q.Where(s.statusIs(entvoucher.Status(in.Status)))
+	}
+	rows, err := q.Order(ent.Desc(entvoucher.FieldCreatedAt), ent.Desc(entvoucher.FieldID)).
+		Limit(limit).Offset(offset).All(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return rows, nil
+}
+
+// statusIs filters by status as the read model shows it.
+func (s *Service) statusIs(st entvoucher.Status) predicate.Voucher {
+	now := s.clock()
+	switch st {
+	case entvoucher.StatusRESERVED, entvoucher.StatusREDEEMED:
+		return entvoucher.And(entvoucher.StatusEQ(st), entvoucher.ExpiresAtGT(now))
+	case entvoucher.StatusDISCARDED:
+		return entvoucher.Or(entvoucher.StatusEQ(st), entvoucher.And(
+			entvoucher.StatusIn(entvoucher.StatusRESERVED, entvoucher.StatusREDEEMED), entvoucher.ExpiresAtLTE(now)))
+	default:
+		return entvoucher.StatusEQ(st)
+	}
+}
+
+// Submission is a stored interop-init signature submission, as both doors
+// show it. ID is the caller's submission id.
+type Submission struct {
+	ID           string       `json:"id"`
+	VoucherID    string       `json:"voucherId"`
+	PaymentIndex int          `json:"paymentIndex"`
+	Signature    *string      `json:"signature,omitempty"`
+	CreatedAt    apitime.Time `json:"createdAt"`
+}
+
+func submissionView(r *ent.InteropSubmission) *Submission {
+	return &Submission{ID: r.SubmissionID, VoucherID: r.VoucherID, PaymentIndex: r.PaymentIndex, Signature: r.Signature, CreatedAt: apitime.From(r.CreatedAt)}
+}
+
+// paymentCount is how many payments a redeemed voucher has.
+func paymentCount(v *ent.Voucher) int {
+	if v.ExpectedPayment != nil {
+		return 1
+	}
+	return len(v.Payments)
+}
+
+// InteropInit stores the payer's signature submission for one payment of
+// voucher voucherID, or of in.Vid when given (a voucher the caller may
+// see). Posting the same submission id again with the same content returns
+// the stored submission, whatever has happened to the voucher since; other
+// content under a used id is already_exists.
+func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropInitInput) (*Submission, error) {
+	p, err := auth.RequireAny(ctx)
+	if err != nil {
+		return nil, err
+	}
+	path, err := s.load(ctx, s.db.SQL, voucherID, false)
+	if err != nil {
+		return nil, err
+	}
+	if rolesOf(p, path)&rolesFor(OpInteropInit) == 0 {
+		return nil, errNotFound
+	}
+	target := path
+	if in.Vid != nil && *in.Vid != voucherID {
+		if target, err = s.load(ctx, s.db.SQL, *in.Vid, false); err != nil {
+			return nil, err
+		}
+		ok, err := s.Visible(ctx, p, target)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, errNotFound
+		}
+	}
+	if err := checkInteropShape(in); err != nil {
+		return nil, err
+	}
+	idx := 0
+	if in.PaymentIndex != nil {
+		idx = *in.PaymentIndex
+	}
+	same := func(r *ent.InteropSubmission) bool {
+		return r.CallerID == p.ID && r.PaymentIndex == idx && equalPtr(r.Signature, in.Signature)
+	}
+	replay := func() (*Submission, error) {
+		r, err := s.db.InteropSubmission.Query().
+			Where(interopsubmission.VoucherID(target.ID), interopsubmission.SubmissionID(in.ID)).Only(ctx)
+		switch {
+		case ent.IsNotFound(err):
+			return nil, nil
+		case err != nil:
+			return nil, apperr.InternalError(err)
+		case !same(r):
+			return nil, apperr.New(apperr.AlreadyExists, "a submission with this id exists with other content")
+		}
+		return submissionView(r), nil
+	}
+	if sub, err := replay(); sub != nil || err != nil {
+		return sub, err
+	}
+	now := s.clock()
+	if err := stateErr(target, now, []entvoucher.Status{entvoucher.StatusREDEEMED}, needsRedeemed); err != nil {
+		return nil, err
+	}
+	if n := paymentCount(target); idx >= n {
+		return nil, apperr.Invalid("paymentIndex", fmt.Sprintf("the voucher has %d payment(s); the index is 0-based", n))
+	}
+	row, err := s.db.InteropSubmission.Create().
+		SetSubmissionID(in.ID).SetVoucherID(target.ID).SetCallerID(p.ID).
+		SetPaymentIndex(idx).SetNillableSignature(in.Signature).SetCreatedAt(now).
+		Save(ctx)
+	if ent.IsConstraintError(err) {
+		// Posted twice at once: the other request stored it first.
+		sub, err := replay()
+		if sub == nil && err == nil {
+			err = apperr.InternalError(fmt.Errorf("voucher: submission %q vanished after a conflict", in.ID))
+		}
+		return sub, err
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return submissionView(row), nil
+}
+
+func equalPtr(a, b *string) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return *a == *b
+}

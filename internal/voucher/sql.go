@@ -1,0 +1,322 @@
+package voucher
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/storage"
+)
+
+// The transitions are written by hand rather than with ent's update
+// builder: each must be exactly one conditional statement whose WHERE holds
+// the caller's role, the starting state and the expiry, and whose RETURNING
+// hands back the new row, so the winner of a race learns it won and the
+// losers change nothing.
+
+// columns are the vouchers columns every hand-written statement returns,
+// in the order scanVoucher reads them.
+var columns = []string{
+	entvoucher.FieldID, entvoucher.FieldCreatedAt, entvoucher.FieldUpdatedAt, entvoucher.FieldCode,
+	entvoucher.FieldLiveCode, entvoucher.FieldStatus, entvoucher.FieldType, entvoucher.FieldVersion,
+	entvoucher.FieldSessionID, entvoucher.FieldPayerID, entvoucher.FieldPayeeID, entvoucher.FieldBusinessID,
+	entvoucher.FieldExpectedPayment, entvoucher.FieldSuppliedPayment, entvoucher.FieldExchangeRate,
+	entvoucher.FieldNetworks, entvoucher.FieldPayments, entvoucher.FieldExtras, entvoucher.FieldPayeeInfo,
+	entvoucher.FieldReceipts, entvoucher.FieldDiscardReason, entvoucher.FieldExpiresAt,
+}
+
+var columnList = strings.Join(columns, ", ")
+
+// querier is what a statement runs on: the pool or an ent transaction.
+type querier interface {
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
+// assignment is one "column = ?" of a SET clause (a nil value writes
+// NULL), or "column = lit" for a constant of the statement's own text.
+type assignment struct {
+	col string
+	val any
+	lit string
+}
+
+// statement is a transition's conditional UPDATE.
+type statement struct {
+	sets []assignment
+	// where holds extra conditions (each with its own ? args) after the id.
+	where []string
+	args  []any
+}
+
+// build renders the statement for dialect: a plain UPDATE ... RETURNING
+// on SQLite; on PostgreSQL the UPDATE wrapped in a CTE that also issues
+// pg_notify for every row it changed, so the change and its notification
+// are one round trip and commit together.
+func (st statement) build(dialect string) (string, []any) {
+	var b strings.Builder
+	args := make([]any, 0, len(st.sets)+len(st.args))
+	b.WriteString("UPDATE vouchers SET ")
+	for i, a := range st.sets {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(a.col)
+		if a.lit != "" {
+			b.WriteString(" = " + a.lit)
+			continue
+		}
+		b.WriteString(" = ?")
+		args = append(args, a.val)
+	}
+	b.WriteString(", version = version + 1")
+	if len(st.where) > 0 {
+		b.WriteString(" WHERE ")
+		b.WriteString(strings.Join(st.where, " AND "))
+	}
+	args = append(args, st.args...)
+	return wrapNotify(dialect, b.String()), args
+}
+
+// wrapNotify adds RETURNING (and, on PostgreSQL, the notification) to a
+// data-changing statement on vouchers.
+func wrapNotify(dialect, stmt string) string {
+	if dialect != storage.Postgres {
+		return rebind(dialect, stmt+" RETURNING "+columnList)
+	}
+	q := "WITH u AS (" + stmt + " RETURNING " + columnList + ") SELECT u." +
+		strings.Join(columns, ", u.") + ", pg_notify('" + pubsub.Channel + "', json_build_object(" +
+		"'id', u.id, 'version', u.version, 'sessionId', u.session_id, 'businessId', u.business_id, " +
+		"'payerId', u.payer_id, 'payeeId', u.payee_id)::text) FROM u"
+	return rebind(dialect, q)
+}
+
+// rebind is storage.DB.Rebind for a dialect, so statement texts can be
+// built (and exported) without a connection.
+func rebind(dialect, q string) string {
+	if dialect != storage.Postgres {
+		return q
+	}
+	var b strings.Builder
+	n := 0
+	for i := 0; i < len(q); i++ {
+		if q[i] == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
+}
+
+// selectStatement loads one voucher; lock takes the row lock on PostgreSQL
+// (an immediate SQLite transaction already holds the database's write lock).
+func selectStatement(dialect string, lock bool) string {
+	q := "SELECT " + columnList + " FROM vouchers WHERE id = ?"
+	if lock && dialect == storage.Postgres {
+		q += " FOR UPDATE"
+	}
+	return rebind(dialect, q)
+}
+
+// queryVouchers runs q and scans every returned voucher. On PostgreSQL a
+// notifying statement has one more column (pg_notify's void), skipped.
+func queryVouchers(ctx context.Context, db querier, dialect, q string, args ...any) ([]*ent.Voucher, error) {
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return nil, err
+	}
+	var out []*ent.Voucher
+	for rows.Next() {
+		v, err := scanVoucher(rows, len(cols)-len(columns))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
+}
+
+// queryVoucher is queryVouchers for at most one row; nil when none.
+func queryVoucher(ctx context.Context, db querier, dialect, q string, args ...any) (*ent.Voucher, error) {
+	vs, err := queryVouchers(ctx, db, dialect, q, args...)
+	if err != nil || len(vs) == 0 {
+		return nil, err
+	}
+	return vs[0], nil
+}
+
+func scanVoucher(rows *sql.Rows, extra int) (*ent.Voucher, error) {
+	var (
+		v                                   ent.Voucher
+		status                              string
+		liveCode, typ, businessID, exchange sql.NullString
+		discardReason                       sql.NullString
+		version                             int64
+		expected, supplied, networks        []byte
+		payments, extras, payeeInfo, recpts []byte
+	)
+	dest := []any{
+		&v.ID, timeCol{&v.CreatedAt}, timeCol{&v.UpdatedAt}, &v.Code,
+		&liveCode, &status, &typ, &version,
+		&v.SessionID, &v.PayerID, &v.PayeeID, &businessID,
+		&expected, &supplied, &exchange,
+		&networks, &payments, &extras, &payeeInfo,
+		&recpts, &discardReason, timeCol{&v.ExpiresAt},
+	}
+	for i := 0; i < extra; i++ {
+		dest = append(dest, new(any))
+	}
+	if err := rows.Scan(dest...); err != nil {
+		return nil, fmt.Errorf("voucher: scan: %w", err)
+	}
+	v.Status = entvoucher.Status(status)
+	v.Version = int(version)
+	v.LiveCode = nullString(liveCode)
+	v.BusinessID = nullString(businessID)
+	v.ExchangeRate = nullString(exchange)
+	v.DiscardReason = nullString(discardReason)
+	if typ.Valid {
+		t := entvoucher.Type(typ.String)
+		v.Type = &t
+	}
+	for _, j := range []struct {
+		src []byte
+		dst any
+	}{
+		{expected, &v.ExpectedPayment}, {supplied, &v.SuppliedPayment}, {networks, &v.Networks},
+		{payments, &v.Payments}, {extras, &v.Extras}, {recpts, &v.Receipts},
+	} {
+		if err := unmarshalCol(j.src, j.dst); err != nil {
+			return nil, err
+		}
+	}
+	if len(payeeInfo) > 0 && string(payeeInfo) != "null" {
+		v.PayeeInfo = json.RawMessage(payeeInfo)
+	}
+	compactOpaque(&v)
+	return &v, nil
+}
+
+func unmarshalCol(src []byte, dst any) error {
+	if len(src) == 0 || string(src) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(src, dst); err != nil {
+		return fmt.Errorf("voucher: decode stored JSON: %w", err)
+	}
+	return nil
+}
+
+func nullString(s sql.NullString) *string {
+	if !s.Valid {
+		return nil
+	}
+	v := s.String
+	return &v
+}
+
+// timeCol scans a timestamp whichever way the driver returns it: time.Time
+// (lib/pq, and modernc for declared datetime columns) or text.
+type timeCol struct{ t *time.Time }
+
+var timeLayouts = []string{
+	"2006-01-02 15:04:05.999999999-07:00",
+	"2006-01-02 15:04:05.999999999Z07:00",
+	time.RFC3339Nano,
+	"2006-01-02 15:04:05.999999999",
+}
+
+func (c timeCol) Scan(src any) error {
+	var s string
+	switch v := src.(type) {
+	case time.Time:
+		*c.t = v.UTC()
+		return nil
+	case string:
+		s = v
+	case []byte:
+		s = string(v)
+	default:
+		return fmt.Errorf("voucher: cannot scan %T as a time", src)
+	}
+	for _, l := range timeLayouts {
+		if t, err := time.Parse(l, s); err == nil {
+			*c.t = t.UTC()
+			return nil
+		}
+	}
+	return fmt.Errorf("voucher: unparsable time %q", s)
+}
+
+// jsonArg encodes a JSON column's value: nil stays NULL. PostgreSQL gets
+// text, because lib/pq sends []byte parameters in binary form, which jsonb
+// would read as its versioned binary format; SQLite gets bytes, as ent
+// writes them.
+func jsonArg(dialect string, v any) (any, error) {
+	switch x := v.(type) {
+	case nil:
+		return nil, nil
+	case *payment.Payment:
+		if x == nil {
+			return nil, nil
+		}
+	case json.RawMessage:
+		if x == nil {
+			return nil, nil
+		}
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("voucher: encode JSON column: %w", err)
+	}
+	if dialect == storage.Postgres {
+		return string(b), nil
+	}
+	return b, nil
+}
+
+// status literals for statements (enum values, never user input).
+func quoteStatus(ss ...entvoucher.Status) string {
+	q := make([]string, len(ss))
+	for i, s := range ss {
+		q[i] = "'" + string(s) + "'"
+	}
+	if len(q) == 1 {
+		return "status = " + q[0]
+	}
+	return "status IN (" + strings.Join(q, ", ") + ")"
+}
+
+// RedeemStatement is the exact statement a redeem runs on its hot path (a
+// voucher without a business), for benchmarks that must measure the very
+// same SQL. Parameters, in order:
+//
+//	1 type ("SIMPLE" or "CUSTOM")   2 expected_payment (JSON text or NULL)
+//	3 networks (JSON or NULL)        4 payments (JSON or NULL)
+//	5 extras (JSON or NULL)          6 payee_info (JSON or NULL)
+//	7 updated_at (now)               8 voucher id
+//	9 payee id (the caller)         10 now (the expiry check)
+//
+// It returns the voucher's columns (see the package's columns list) and, on
+// PostgreSQL, one more void column from pg_notify. No row means the redeem
+// did not happen (wrong caller, state, expiry, or a business voucher, which
+// takes the transactional path).
+func RedeemStatement(dialect string) string {
+	r := &redemption{typ: payment.TypeSimple}
+	sets, _ := redeemSets(dialect, r, time.Time{})
+	q, _ := transitionStatement(dialect, redeemTransition(dialect, r), "", "", sets, time.Time{}, modeFast, 0)
+	return q
+}

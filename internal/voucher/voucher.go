@@ -1,0 +1,253 @@
+// Package voucher owns the voucher lifecycle: reserve on a payer's context,
+// redeem (SIMPLE or CUSTOM), negotiate an FX alternative, resolve with
+// receipts, discard, expire, and the interop-init signature submissions. It
+// decides who may see and change a voucher, validates every body against the
+// token registry, and makes every transition one conditional statement so
+// concurrent callers can never both win. Both doors (REST and GraphQL) call
+// it; docs/vouchers.md describes the rules it implements.
+package voucher
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/businessuser"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/finance"
+	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/session"
+	"github.com/voucherd/voucherd/internal/storage"
+)
+
+// DefaultTTL is a voucher's lifetime from reservation unless configured.
+const DefaultTTL = 15 * time.Minute
+
+// Discard reasons, as shown in discardReason.
+const (
+	ReasonExpired   = "expired"
+	ReasonDiscarded = "discarded"
+)
+
+// Options are the service's collaborators. Finance and Sessions are
+// required; everything else has a default.
+type Options struct {
+	Finance  *finance.Service
+	Sessions *session.Service
+	// TTL is the voucher lifetime (DefaultTTL when zero).
+	TTL time.Duration
+	// Now is the clock (time.Now when nil); tests move it.
+	Now func() time.Time
+	// Events receives every change of a business voucher inside its
+	// transaction (NoEvents when nil).
+	Events EventSink
+	// Publisher gets every committed change on SQLite, which has no
+	// NOTIFY (a no-op when nil). On PostgreSQL the statements notify.
+	Publisher pubsub.Publisher
+	// NewCode draws voucher codes (NewCode when nil); tests fix the draws.
+	NewCode func() (string, error)
+	Log     *slog.Logger
+}
+
+// Service is the voucher service. It is safe for concurrent use.
+type Service struct {
+	db       *storage.DB
+	fin      *finance.Service
+	reg      *finance.Registry
+	sessions *session.Service
+	ttl      time.Duration
+	now      func() time.Time
+	events   EventSink
+	pub      pubsub.Publisher
+	newCode  func() (string, error)
+	log      *slog.Logger
+}
+
+// NewService returns the voucher service over db. It installs the vouchers'
+// read model on db's client (so build one per client).
+func NewService(db *storage.DB, o Options) (*Service, error) {
+	if o.Finance == nil || o.Sessions == nil {
+		return nil, errors.New("voucher: Finance and Sessions are required")
+	}
+	if o.TTL <= 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Events == nil {
+		o.Events = NoEvents{}
+	}
+	if o.Publisher == nil {
+		o.Publisher = pubsub.PublisherFunc(func(pubsub.VoucherChange) {})
+	}
+	if o.NewCode == nil {
+		o.NewCode = NewCode
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	now := o.Now
+	o.Now = func() time.Time { return now().UTC().Truncate(time.Microsecond) }
+	db.Voucher.Intercept(readModel(o.Now))
+	return &Service{
+		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions,
+		ttl: o.TTL, now: o.Now, events: o.Events, pub: o.Publisher, newCode: o.NewCode, log: o.Log,
+	}, nil
+}
+
+// clock is the service's now: UTC, truncated to PostgreSQL's microsecond
+// precision, so a time compared in Go and the same time stored in the
+// database agree (PostgreSQL would round a finer one).
+func (s *Service) clock() time.Time { return s.now() }
+
+// readModel shows a RESERVED or REDEEMED voucher past its expiry as
+// DISCARDED (reason expired) on every ent read, on both doors, before the
+// sweeper has recorded it. The stored row is untouched until then.
+func readModel(now func() time.Time) ent.Interceptor {
+	return ent.InterceptFunc(func(next ent.Querier) ent.Querier {
+		return ent.QuerierFunc(func(ctx context.Context, q ent.Query) (ent.Value, error) {
+			v, err := next.Query(ctx, q)
+			switch rows := v.(type) {
+			case []*ent.Voucher:
+				t := now()
+				for _, r := range rows {
+					applyExpiry(r, t)
+				}
+			case *ent.Voucher:
+				applyExpiry(rows, now())
+			}
+			return v, err
+		})
+	})
+}
+
+// applyExpiry turns v into what callers see once it has expired, and
+// compacts its opaque JSON (PostgreSQL's jsonb hands it back spaced out).
+func applyExpiry(v *ent.Voucher, now time.Time) {
+	if v == nil {
+		return
+	}
+	compactOpaque(v)
+	if isExpired(v, now) {
+		v.Status = entvoucher.StatusDISCARDED
+		reason := ReasonExpired
+		v.DiscardReason = &reason
+		v.LiveCode = nil
+	}
+}
+
+// compactOpaque renders extras and payeeInfo compactly, whichever database
+// stored them. jsonb also orders an object's keys its own way: the API
+// promises the same object, not the same key order.
+func compactOpaque(v *ent.Voucher) {
+	for i, e := range v.Extras {
+		v.Extras[i] = compact(e)
+	}
+	if len(v.PayeeInfo) > 0 {
+		v.PayeeInfo = compact(v.PayeeInfo)
+	}
+}
+
+func compact(raw json.RawMessage) json.RawMessage {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return raw
+	}
+	return b.Bytes()
+}
+
+// isExpired reports whether v is live in storage but past its expiry.
+func isExpired(v *ent.Voucher, now time.Time) bool {
+	return (v.Status == entvoucher.StatusRESERVED || v.Status == entvoucher.StatusREDEEMED) && !now.Before(v.ExpiresAt)
+}
+
+// role is what a caller is to one voucher.
+type role uint8
+
+const (
+	rolePayee role = 1 << iota
+	rolePayer
+	roleMember
+)
+
+// rolesOf returns the roles p holds on v without asking the database
+// (business membership is checked separately, only when it matters).
+func rolesOf(p *auth.Principal, v *ent.Voucher) role {
+	var r role
+	if p == nil {
+		return 0
+	}
+	if v.PayeeID == p.ID {
+		r |= rolePayee
+	}
+	if v.PayerID == p.ID {
+		r |= rolePayer
+	}
+	return r
+}
+
+var errNotFound = apperr.New(apperr.NotFound, "voucher not found")
+
+// Visible reports whether p may see v (get it, find it in a query, watch
+// it): its payee, its payer, or an ACTIVE member of its business (ACTIVE or
+// INACTIVE). Subscriptions call it to filter changes without reloading v.
+func (s *Service) Visible(ctx context.Context, p *auth.Principal, v *ent.Voucher) (bool, error) {
+	if p == nil || v == nil {
+		return false, nil
+	}
+	if rolesOf(p, v) != 0 {
+		return true, nil
+	}
+	if v.BusinessID == nil || p.Kind != auth.KindUser {
+		return false, nil
+	}
+	ok, err := s.db.BusinessUser.Query().
+		Where(businessuser.BusinessID(*v.BusinessID), businessuser.UserID(p.ID), businessuser.StatusEQ(businessuser.StatusACTIVE)).
+		Exist(ctx)
+	if err != nil {
+		return false, apperr.InternalError(err)
+	}
+	return ok, nil
+}
+
+// Get returns voucher id as the caller may see it; a voucher the caller may
+// not see is not_found, exactly like one that does not exist.
+func (s *Service) Get(ctx context.Context, id string) (*ent.Voucher, error) {
+	p, err := auth.RequireAny(ctx)
+	if err != nil {
+		return nil, err
+	}
+	v, err := s.db.Voucher.Get(ctx, id)
+	if ent.IsNotFound(err) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	ok, err := s.Visible(ctx, p, v)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, errNotFound
+	}
+	return v, nil
+}
+
+// published tells this replica's subscribers about committed changes on
+// SQLite; PostgreSQL statements carry their own pg_notify.
+func (s *Service) published(vs ...*ent.Voucher) {
+	if s.db.IsPostgres() {
+		return
+	}
+	for _, v := range vs {
+		s.pub.Publish(pubsub.ChangeOf(v))
+	}
+}

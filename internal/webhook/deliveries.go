@@ -1,0 +1,261 @@
+package webhook
+
+import (
+	"context"
+
+	"entgo.io/contrib/entgql"
+
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/deliveryattempt"
+	"github.com/voucherd/voucherd/ent/event"
+	"github.com/voucherd/voucherd/ent/webhookdelivery"
+	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/business"
+)
+
+// Delivery is the view of a delivery both doors render. AttemptLog is
+// filled by get-delivery only.
+type Delivery struct {
+	ID                 string        `json:"id"`
+	EndpointID         string        `json:"endpointId"`
+	EventID            string        `json:"eventId"`
+	EventType          string        `json:"eventType"`
+	Status             string        `json:"status"`
+	Attempts           int           `json:"attempts"`
+	LastAttemptAt      *apitime.Time `json:"lastAttemptAt,omitempty"`
+	LastResponseStatus *int          `json:"lastResponseStatus,omitempty"`
+	NextAttemptAt      *apitime.Time `json:"nextAttemptAt,omitempty"`
+	CreatedAt          apitime.Time  `json:"createdAt"`
+	AttemptLog         []*Attempt    `json:"attemptLog,omitempty"`
+}
+
+// Attempt is one recorded attempt.
+type Attempt struct {
+	ID             string       `json:"id"`
+	Manual         bool         `json:"manual"`
+	AttemptedAt    apitime.Time `json:"attemptedAt"`
+	DurationMs     int          `json:"durationMs"`
+	ResponseStatus *int         `json:"responseStatus,omitempty"`
+	Error          *string      `json:"error,omitempty"`
+}
+
+// DeliveryView renders a delivery; attempts, when given, become its log.
+func DeliveryView(d *ent.WebhookDelivery, attempts []*ent.DeliveryAttempt) *Delivery {
+	out := &Delivery{
+		ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
+		Status: string(d.Status), Attempts: d.Attempts,
+		LastAttemptAt: apitime.Ptr(d.LastAttemptAt), LastResponseStatus: d.LastResponseStatus,
+		NextAttemptAt: apitime.Ptr(d.NextAttemptAt), CreatedAt: apitime.From(d.CreatedAt),
+	}
+	if attempts != nil {
+		out.AttemptLog = make([]*Attempt, len(attempts))
+		for i, a := range attempts {
+			out.AttemptLog[i] = &Attempt{ID: a.ID, Manual: a.Manual, AttemptedAt: apitime.From(a.AttemptedAt),
+				DurationMs: a.DurationMs, ResponseStatus: a.ResponseStatus, Error: a.Error}
+		}
+	}
+	return out
+}
+
+// DeliveryFilter narrows the delivery log.
+type DeliveryFilter struct {
+	EndpointID *string
+	Status     *string
+}
+
+// ListDeliveriesInput is DeliveryFilter plus a page.
+type ListDeliveriesInput struct {
+	DeliveryFilter
+	Limit  *int
+	Offset *int
+}
+
+// DeliveriesQuery returns the business's deliveries matching f, for the
+// caller (an ACTIVE member) to page through; newest first unless the
+// caller orders otherwise.
+func (s *Service) DeliveriesQuery(ctx context.Context, businessID string, f DeliveryFilter) (*ent.WebhookDeliveryQuery, error) {
+	if _, _, err := s.member(ctx, businessID); err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	q := s.db.WebhookDelivery.Query().Where(webhookdelivery.BusinessID(businessID))
+	if f.EndpointID != nil {
+		q = q.Where(webhookdelivery.EndpointID(*f.EndpointID))
+	}
+	if f.Status != nil {
+		st := webhookdelivery.Status(*f.Status)
+		if v.Check(webhookdelivery.StatusValidator(st) == nil, "status", "must be PENDING, SUCCEEDED or FAILED") {
+			q = q.Where(webhookdelivery.StatusEQ(st))
+		}
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	return q, nil
+}
+
+// ListDeliveries is the REST delivery log: newest first, limit 1 to 100
+// (default 100).
+func (s *Service) ListDeliveries(ctx context.Context, businessID string, in ListDeliveriesInput) ([]*ent.WebhookDelivery, error) {
+	q, err := s.DeliveriesQuery(ctx, businessID, in.DeliveryFilter)
+	if err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	limit, offset := pageBounds(&v, in.Limit, in.Offset)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	rows, err := q.Order(ent.Desc(webhookdelivery.FieldCreatedAt), ent.Desc(webhookdelivery.FieldID)).
+		Limit(limit).Offset(offset).All(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return rows, nil
+}
+
+// GetDelivery returns one of the business's deliveries.
+func (s *Service) GetDelivery(ctx context.Context, businessID, id string) (*ent.WebhookDelivery, error) {
+	if _, _, err := s.member(ctx, businessID); err != nil {
+		return nil, err
+	}
+	return s.delivery(ctx, businessID, id)
+}
+
+func (s *Service) delivery(ctx context.Context, businessID, id string) (*ent.WebhookDelivery, error) {
+	d, err := s.db.WebhookDelivery.Query().
+		Where(webhookdelivery.ID(id), webhookdelivery.BusinessID(businessID)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, apperr.New(apperr.NotFound, "webhook delivery not found")
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return d, nil
+}
+
+// Attempts returns a delivery's attempts, oldest first. The caller has
+// already been shown the delivery.
+func (s *Service) Attempts(ctx context.Context, d *ent.WebhookDelivery) ([]*ent.DeliveryAttempt, error) {
+	rows, err := s.db.DeliveryAttempt.Query().Where(deliveryattempt.DeliveryID(d.ID)).
+		Order(ent.Asc(deliveryattempt.FieldAttemptedAt), ent.Asc(deliveryattempt.FieldID)).All(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return rows, nil
+}
+
+// DeliveryByID returns a delivery to an ACTIVE member of its business
+// (node(id:)).
+func (s *Service) DeliveryByID(ctx context.Context, id string) (*ent.WebhookDelivery, error) {
+	if _, err := auth.RequireUser(ctx); err != nil {
+		return nil, err
+	}
+	d, err := s.db.WebhookDelivery.Get(ctx, id)
+	if ent.IsNotFound(err) {
+		return nil, apperr.New(apperr.NotFound, "webhook delivery not found")
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if _, _, err := s.member(ctx, d.BusinessID); err != nil {
+		return nil, apperr.New(apperr.NotFound, "webhook delivery not found")
+	}
+	return d, nil
+}
+
+// EventByID returns an event to an ACTIVE member of its business
+// (node(id:)).
+func (s *Service) EventByID(ctx context.Context, id string) (*ent.Event, error) {
+	if _, err := auth.RequireUser(ctx); err != nil {
+		return nil, err
+	}
+	e, err := s.db.Event.Query().Where(event.ID(id)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, apperr.New(apperr.NotFound, "event not found")
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if _, _, err := s.member(ctx, e.BusinessID); err != nil {
+		return nil, apperr.New(apperr.NotFound, "event not found")
+	}
+	return e, nil
+}
+
+// RetryDelivery makes an attempt of a delivery now, while the caller
+// waits, and returns the delivery as that attempt left it. It is allowed
+// while the delivery has not SUCCEEDED (not_retryable after); it does not
+// cancel the automatic schedule, but a success ends it. The endpoint must
+// still exist and be enabled, and the business be ACTIVE.
+func (s *Service) RetryDelivery(ctx context.Context, businessID, id string) (*ent.WebhookDelivery, error) {
+	b, err := s.manager(ctx, businessID)
+	if err != nil {
+		return nil, err
+	}
+	d, err := s.delivery(ctx, businessID, id)
+	if err != nil {
+		return nil, err
+	}
+	if d.Status == webhookdelivery.StatusSUCCEEDED {
+		return nil, apperr.New(apperr.NotRetryable, "the delivery has already succeeded")
+	}
+	if err := business.RequireActive(b); err != nil {
+		return nil, err
+	}
+	ep, err := s.db.WebhookEndpoint.Query().Where(webhookendpoint.ID(d.EndpointID)).Only(withDeleted(ctx))
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	switch {
+	case ep.DeletedAt != nil:
+		return nil, apperr.New(apperr.NotRetryable, "the endpoint has been deleted")
+	case !ep.Enabled:
+		return nil, apperr.New(apperr.NotRetryable, "the endpoint is disabled; enable it first")
+	}
+	if s.dispatcher == nil {
+		return nil, apperr.New(apperr.Unavailable, "webhook delivery is not running")
+	}
+	if err := s.dispatcher.attemptNow(ctx, d.ID); err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return s.delivery(ctx, businessID, id)
+}
+
+// DeliveriesConnection is the delivery log as a Relay connection, newest
+// first: at most MaxListLimit a page, DefaultListLimit when neither first
+// nor last is given.
+func (s *Service) DeliveriesConnection(ctx context.Context, businessID string, f DeliveryFilter,
+	after *ent.Cursor, first *int, before *ent.Cursor, last *int) (*ent.WebhookDeliveryConnection, error) {
+	q, err := s.DeliveriesQuery(ctx, businessID, f)
+	if err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	if first != nil {
+		v.Check(*first >= 0 && *first <= MaxListLimit, "first", "must be 0 to 100")
+	}
+	if last != nil {
+		v.Check(*last >= 0 && *last <= MaxListLimit, "last", "must be 0 to 100")
+	}
+	if first != nil && last != nil {
+		v.Add("last", "cannot be combined with first")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	if first == nil && last == nil {
+		n := DefaultListLimit
+		first = &n
+	}
+	conn, err := q.Paginate(ctx, after, first, before, last, ent.WithWebhookDeliveryOrder(&ent.WebhookDeliveryOrder{
+		Direction: entgql.OrderDirectionDesc, Field: ent.WebhookDeliveryOrderFieldCreatedAt,
+	}))
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return conn, nil
+}

@@ -1,0 +1,336 @@
+package webhook
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/shopspring/decimal"
+
+	"github.com/voucherd/voucherd/ent"
+	entbusiness "github.com/voucherd/voucherd/ent/business"
+	"github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/money"
+	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/storage"
+)
+
+// NotifyChannel is the PostgreSQL NOTIFY channel on which a transaction that
+// queued deliveries wakes every replica's dispatcher.
+const NotifyChannel = "webhook_deliveries"
+
+// Verdict is what receipt verification concluded.
+type Verdict int
+
+// Verdicts.
+const (
+	// Accepted: the receipts stand; the paid sum decides confirmed,
+	// underpaid or overpaid.
+	Accepted Verdict = iota
+	// Rejected: the receipts do not prove the payment (deposit.failed).
+	Rejected
+	// Deferred: the verifier answers later, through Outbox.ReceiptsVerified.
+	Deferred
+)
+
+// ReceiptVerifier checks a resolved voucher's receipts (on chain, say). It
+// runs inside the resolving transaction, so it must be quick: a verifier
+// that needs block confirmations returns Deferred and reports later.
+type ReceiptVerifier interface {
+	VerifyReceipts(ctx context.Context, v *ent.Voucher) (Verdict, error)
+}
+
+// TrustReported is the default verifier: it accepts the reported receipt
+// amounts at once.
+type TrustReported struct{}
+
+// VerifyReceipts accepts.
+func (TrustReported) VerifyReceipts(context.Context, *ent.Voucher) (Verdict, error) {
+	return Accepted, nil
+}
+
+// OutboxOptions configure the Outbox.
+type OutboxOptions struct {
+	// View renders a voucher as the REST door does; its JSON is the
+	// payload's data.voucher.
+	View func(*ent.Voucher) any
+	// Verifier checks receipts; nil is TrustReported.
+	Verifier ReceiptVerifier
+	// Wake is called after a commit that queued deliveries (the local
+	// dispatcher's Wake), so the first attempt does not wait for a poll.
+	Wake func()
+	Now  func() time.Time
+}
+
+// Outbox turns business voucher changes into deposit events and queues
+// their deliveries, inside the transaction of the change (the voucher
+// service's EventSink). A change that commits has its events; one that rolls
+// back has none.
+type Outbox struct {
+	db       *storage.DB
+	view     func(*ent.Voucher) any
+	verifier ReceiptVerifier
+	wake     func()
+	now      func() time.Time
+}
+
+// NewOutbox returns the outbox writing to db.
+func NewOutbox(db *storage.DB, opts OutboxOptions) *Outbox {
+	if opts.Verifier == nil {
+		opts.Verifier = TrustReported{}
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.View == nil {
+		opts.View = func(v *ent.Voucher) any { return map[string]string{"id": v.ID} }
+	}
+	return &Outbox{db: db, view: opts.View, verifier: opts.Verifier, wake: opts.Wake, now: opts.Now}
+}
+
+// Discard reasons the voucher service records.
+const (
+	discardExpired = "expired"
+)
+
+// VoucherChanged records the deposit events a change causes (see
+// docs/webhooks.md for the table). Only business vouchers have deposits;
+// a voucher that was never redeemed never became a deposit and has no
+// events.
+func (o *Outbox) VoucherChanged(ctx context.Context, tx *ent.Tx, prev, next *ent.Voucher) error {
+	if next == nil || next.BusinessID == nil || prev == nil {
+		return nil
+	}
+	var types []string
+	switch {
+	case prev.Status == voucher.StatusRESERVED && next.Status == voucher.StatusREDEEMED:
+		types = []string{DepositCreated}
+	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusRESOLVED:
+		types = []string{DepositPending}
+		verdict, err := o.verifier.VerifyReceipts(ctx, next)
+		if err != nil {
+			return fmt.Errorf("webhook: verify receipts: %w", err)
+		}
+		if t, ok := verifiedType(next, verdict); ok {
+			types = append(types, t)
+		}
+	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusDISCARDED:
+		if next.DiscardReason != nil && *next.DiscardReason == discardExpired {
+			types = []string{DepositExpired}
+		} else {
+			types = []string{DepositFailed}
+		}
+	}
+	return o.record(ctx, tx, next, types)
+}
+
+// ReceiptsVerified records the outcome of a Deferred verification: a
+// verifier that answers later calls it in a transaction of its own.
+func (o *Outbox) ReceiptsVerified(ctx context.Context, tx *ent.Tx, v *ent.Voucher, verdict Verdict) error {
+	if v == nil || v.BusinessID == nil || v.Status != voucher.StatusRESOLVED {
+		return nil
+	}
+	t, ok := verifiedType(v, verdict)
+	if !ok {
+		return nil
+	}
+	return o.record(ctx, tx, v, []string{t})
+}
+
+func verifiedType(v *ent.Voucher, verdict Verdict) (string, bool) {
+	switch verdict {
+	case Accepted:
+		return settle(v).eventType, true
+	case Rejected:
+		return DepositFailed, true
+	default:
+		return "", false
+	}
+}
+
+// settlement is what the receipts say about a deposit.
+type settlement struct {
+	network, currency string
+	// due is the amount the payer owes: the supplied (negotiated) amount,
+	// else the expected one. Empty for CUSTOM vouchers, which name no amount.
+	due string
+	// paid is the paid sum once receipts exist; empty before, and for CUSTOM.
+	paid      string
+	eventType string
+}
+
+// settle compares the receipts with the payment due. A receipt without an
+// amount counts as paying exactly what the others left unpaid, so it never
+// makes a deposit under- or overpaid by itself; amounts it does report
+// still can.
+func settle(v *ent.Voucher) settlement {
+	s := settlement{eventType: DepositConfirmed}
+	if v.Type == nil || *v.Type != voucher.TypeSIMPLE {
+		if len(v.Networks) == 1 {
+			s.network = v.Networks[0].Network
+		}
+		return s
+	}
+	due := v.ExpectedPayment
+	if v.SuppliedPayment != nil && v.SuppliedPayment.Amount != "" {
+		due = v.SuppliedPayment
+	}
+	if due == nil {
+		return s
+	}
+	s.network, s.currency, s.due = due.Network, due.Currency, due.Amount
+	if v.Status != voucher.StatusRESOLVED {
+		return s
+	}
+	dueAmount, err := money.ParseAnyScale(due.Amount)
+	if err != nil {
+		return s
+	}
+	paid, open := sumReceipts(v.Receipts, due.ID)
+	if open && paid.LessThan(dueAmount) {
+		paid = dueAmount
+	}
+	s.paid = money.Format(paid)
+	switch paid.Cmp(dueAmount) {
+	case -1:
+		s.eventType = DepositUnderpaid
+	case 1:
+		s.eventType = DepositOverpaid
+	}
+	return s
+}
+
+// sumReceipts adds the amounts of the receipts naming paymentID; open
+// reports a receipt without an amount.
+func sumReceipts(receipts []payment.Receipt, paymentID string) (sum decimal.Decimal, open bool) {
+	for _, r := range receipts {
+		if r.PaymentID != paymentID {
+			continue
+		}
+		if r.Amount == "" {
+			open = true
+			continue
+		}
+		// The voucher service validated the amount; one that does not
+		// parse counts as unreported rather than failing the resolve.
+		a, err := money.ParseAnyScale(r.Amount)
+		if err != nil {
+			open = true
+			continue
+		}
+		sum = sum.Add(a)
+	}
+	return sum, open
+}
+
+// Payload is an event as receivers get it; it is serialized once, when the
+// event is written, and every attempt sends those exact bytes.
+type Payload struct {
+	ID        string       `json:"id"`
+	Type      string       `json:"type"`
+	CreatedAt apitime.Time `json:"createdAt"`
+	Data      PayloadData  `json:"data"`
+}
+
+// PayloadData describes the deposit.
+type PayloadData struct {
+	BusinessID     string `json:"businessId"`
+	VoucherID      string `json:"voucherId"`
+	VoucherVersion int    `json:"voucherVersion"`
+	Network        string `json:"network,omitempty"`
+	Currency       string `json:"currency,omitempty"`
+	ExpectedAmount string `json:"expectedAmount,omitempty"`
+	PaidAmount     string `json:"paidAmount,omitempty"`
+	Voucher        any    `json:"voucher"`
+}
+
+func (o *Outbox) record(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types []string) error {
+	if len(types) == 0 {
+		return nil
+	}
+	businessID := *v.BusinessID
+	now := o.now().UTC().Truncate(time.Millisecond)
+	s := settle(v)
+	view := o.view(v)
+
+	endpoints, err := tx.WebhookEndpoint.Query().
+		Where(
+			webhookendpoint.BusinessID(businessID),
+			webhookendpoint.Enabled(true),
+			webhookendpoint.HasBusinessWith(entbusiness.StatusEQ(entbusiness.StatusACTIVE)),
+		).
+		Select(webhookendpoint.FieldID, webhookendpoint.FieldEvents).
+		All(ctx)
+	if err != nil {
+		return fmt.Errorf("webhook: load endpoints: %w", err)
+	}
+
+	events := make([]*ent.EventCreate, 0, len(types))
+	var deliveries []*ent.WebhookDeliveryCreate
+	for _, t := range types {
+		id := ids.New(ids.Event)
+		p := Payload{ID: id, Type: t, CreatedAt: apitime.From(now), Data: PayloadData{
+			BusinessID: businessID, VoucherID: v.ID, VoucherVersion: v.Version,
+			Network: s.network, Currency: s.currency, ExpectedAmount: s.due, Voucher: view,
+		}}
+		if t != DepositCreated && t != DepositExpired && t != DepositFailed {
+			p.Data.PaidAmount = s.paid
+		}
+		body, err := json.Marshal(p)
+		if err != nil {
+			return fmt.Errorf("webhook: encode event: %w", err)
+		}
+		events = append(events, tx.Event.Create().
+			SetID(id).SetBusinessID(businessID).SetVoucherID(v.ID).SetVoucherVersion(v.Version).
+			SetType(t).SetPayload(body).SetCreatedAt(now))
+		for _, e := range endpoints {
+			if !subscribed(e, t) {
+				continue
+			}
+			deliveries = append(deliveries, tx.WebhookDelivery.Create().
+				SetBusinessID(businessID).SetEndpointID(e.ID).SetEventID(id).SetEventType(t).
+				SetNextAttemptAt(now).SetCreatedAt(now).SetUpdatedAt(now))
+		}
+	}
+	if err := tx.Event.CreateBulk(events...).Exec(ctx); err != nil {
+		return fmt.Errorf("webhook: write events: %w", err)
+	}
+	if len(deliveries) == 0 {
+		return nil
+	}
+	if err := tx.WebhookDelivery.CreateBulk(deliveries...).Exec(ctx); err != nil {
+		return fmt.Errorf("webhook: queue deliveries: %w", err)
+	}
+	if o.db.IsPostgres() {
+		// Delivered to listeners at commit, and only if it commits.
+		if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, '')", NotifyChannel); err != nil {
+			return fmt.Errorf("webhook: notify: %w", err)
+		}
+	}
+	if o.wake != nil {
+		wake := o.wake
+		tx.OnCommit(func(next ent.Committer) ent.Committer {
+			return ent.CommitFunc(func(ctx context.Context, tx *ent.Tx) error {
+				err := next.Commit(ctx, tx)
+				if err == nil {
+					wake()
+				}
+				return err
+			})
+		})
+	}
+	return nil
+}
+
+func subscribed(e *ent.WebhookEndpoint, eventType string) bool {
+	for _, t := range e.Events {
+		if t == eventType {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,178 @@
+package rest
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/voucher"
+)
+
+// voucherRoutes are the voucher lifecycle and the finance reads. Every
+// voucher route takes any token; the service decides who may act (payee,
+// payer, business members) and answers not_found to everyone else. Resolve
+// takes registered users only, as the spec says.
+func (s *server) voucherRoutes() {
+	s.handle("POST /api/v1/vouchers/reserve-voucher", groupVouchersWrite, auth.RequireAny, s.reserveVoucher)
+	s.handle("GET /api/v1/vouchers", groupVouchersRead, auth.RequireAny, s.queryVouchers)
+	s.handle("GET /api/v1/vouchers/{voucherId}", groupVouchersRead, auth.RequireAny, s.getVoucher)
+	s.handle("POST /api/v1/vouchers/{voucherId}/redeem-voucher", groupVouchersWrite, auth.RequireAny, s.redeemVoucher)
+	s.handle("POST /api/v1/vouchers/{voucherId}/negotiate-voucher", groupNegotiate, auth.RequireAny, s.negotiateVoucher)
+	s.handle("POST /api/v1/vouchers/{voucherId}/resolve-voucher", groupVouchersWrite, auth.RequireRegistered, s.resolveVoucher)
+	s.handle("POST /api/v1/vouchers/{voucherId}/discard-voucher", groupVouchersWrite, auth.RequireAny, s.discardVoucher)
+	s.handle("POST /api/v1/vouchers/{voucherId}/submit/interop-init", groupVouchersWrite, auth.RequireAny, s.interopInit)
+
+	s.handle("GET /api/v1/finance/currencies", groupFinance, open, s.currencies)
+	s.handle("GET /api/v1/finance/rates", groupFinance, open, s.rates)
+}
+
+func (s *server) reserveVoucher(w http.ResponseWriter, r *http.Request) error {
+	var in voucher.ReserveInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	v, err := s.Vouchers.Reserve(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+// decodeFor decodes a body for op on the path's voucher. A body that does
+// not decode is still answered not_found for a caller who may not act on
+// the voucher: visibility comes before the body.
+func (s *server) decodeFor(r *http.Request, op voucher.Op, dst any, allowEmpty bool) error {
+	if err := httpx.DecodeJSON(r, dst, allowEmpty); err != nil {
+		return s.Vouchers.Reject(r.Context(), op, r.PathValue("voucherId"), err)
+	}
+	return nil
+}
+
+func (s *server) redeemVoucher(w http.ResponseWriter, r *http.Request) error {
+	var in voucher.RedeemInput
+	if err := s.decodeFor(r, voucher.OpRedeem, &in, false); err != nil {
+		return err
+	}
+	v, err := s.Vouchers.Redeem(r.Context(), r.PathValue("voucherId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+func (s *server) negotiateVoucher(w http.ResponseWriter, r *http.Request) error {
+	var in voucher.NegotiateInput
+	if err := s.decodeFor(r, voucher.OpNegotiate, &in, false); err != nil {
+		return err
+	}
+	v, err := s.Vouchers.Negotiate(r.Context(), r.PathValue("voucherId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+func (s *server) resolveVoucher(w http.ResponseWriter, r *http.Request) error {
+	var in voucher.ResolveInput
+	if err := s.decodeFor(r, voucher.OpResolve, &in, false); err != nil {
+		return err
+	}
+	v, err := s.Vouchers.Resolve(r.Context(), r.PathValue("voucherId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+func (s *server) discardVoucher(w http.ResponseWriter, r *http.Request) error {
+	var empty struct{}
+	if err := s.decodeFor(r, voucher.OpDiscard, &empty, true); err != nil {
+		return err
+	}
+	v, err := s.Vouchers.Discard(r.Context(), r.PathValue("voucherId"))
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+func (s *server) getVoucher(w http.ResponseWriter, r *http.Request) error {
+	v, err := s.Vouchers.Get(r.Context(), r.PathValue("voucherId"))
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.View(v))
+}
+
+func (s *server) queryVouchers(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	in := voucher.QueryInput{Code: q.Get("code"), SessionID: q.Get("sessionId"), Status: q.Get("status")}
+	var v apperr.Validator
+	in.Limit = intParam(&v, q.Get("limit"), "limit")
+	in.Offset = intParam(&v, q.Get("offset"), "offset")
+	if err := v.Err(); err != nil {
+		return err
+	}
+	vs, err := s.Vouchers.Query(r.Context(), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, voucher.Views(vs))
+}
+
+// intParam parses an optional integer query parameter ("" is absent).
+func intParam(v *apperr.Validator, s, name string) *int {
+	if s == "" {
+		return nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		v.Add(name, "must be an integer")
+		return nil
+	}
+	return &n
+}
+
+func (s *server) interopInit(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	var in voucher.InteropInitInput
+	var body struct {
+		Signature *string `json:"signature"`
+	}
+	if err := s.decodeFor(r, voucher.OpInteropInit, &body, true); err != nil {
+		return err
+	}
+	in.ID, in.Signature = q.Get("id"), body.Signature
+	if q.Has("vid") {
+		vid := q.Get("vid")
+		in.Vid = &vid
+	}
+	var v apperr.Validator
+	in.PaymentIndex = intParam(&v, q.Get("paymentIndex"), "paymentIndex")
+	if err := v.Err(); err != nil {
+		return s.Vouchers.Reject(r.Context(), voucher.OpInteropInit, r.PathValue("voucherId"), err)
+	}
+	sub, err := s.Vouchers.InteropInit(r.Context(), r.PathValue("voucherId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, sub)
+}
+
+func (s *server) currencies(w http.ResponseWriter, r *http.Request) error {
+	list, err := s.Finance.Currencies(r.Context(), r.URL.Query().Get("network"))
+	if err != nil {
+		return err
+	}
+	return ok(w, list)
+}
+
+func (s *server) rates(w http.ResponseWriter, r *http.Request) error {
+	rates, err := s.Finance.Rates(r.Context())
+	if err != nil {
+		return err
+	}
+	return ok(w, rates)
+}

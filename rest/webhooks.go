@@ -1,0 +1,188 @@
+package rest
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/webhook"
+)
+
+// webhookRoutes are the endpoint and delivery routes; every one is the
+// webhooks rate group and takes an email-password user token.
+func (s *server) webhookRoutes() {
+	const base = "/api/v1/businesses/{businessId}/"
+	s.handle("POST "+base+"webhook-endpoints/create-endpoint", groupWebhooks, auth.RequireUser, s.createEndpoint)
+	s.handle("GET "+base+"webhook-endpoints", groupWebhooks, auth.RequireUser, s.listEndpoints)
+	s.handle("GET "+base+"webhook-endpoints/{endpointId}", groupWebhooks, auth.RequireUser, s.getEndpoint)
+	s.handle("POST "+base+"webhook-endpoints/{endpointId}/update-endpoint", groupWebhooks, auth.RequireUser, s.updateEndpoint)
+	s.handle("POST "+base+"webhook-endpoints/{endpointId}/delete-endpoint", groupWebhooks, auth.RequireUser, s.deleteEndpoint)
+	s.handle("POST "+base+"webhook-endpoints/{endpointId}/rotate-secret", groupWebhooks, auth.RequireUser, s.rotateSecret)
+	s.handle("GET "+base+"webhook-deliveries", groupWebhooks, auth.RequireUser, s.listDeliveries)
+	s.handle("GET "+base+"webhook-deliveries/{deliveryId}", groupWebhooks, auth.RequireUser, s.getDelivery)
+	s.handle("POST "+base+"webhook-deliveries/{deliveryId}/retry-delivery", groupWebhooks, auth.RequireUser, s.retryDelivery)
+}
+
+func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) error {
+	var in webhook.CreateEndpointInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	e, err := s.Webhooks.CreateEndpoint(r.Context(), r.PathValue("businessId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, e)
+}
+
+func (s *server) listEndpoints(w http.ResponseWriter, r *http.Request) error {
+	var in webhook.ListEndpointsInput
+	var v apperr.Validator
+	in.Limit = queryIntParam(&v, r, "limit")
+	in.Offset = queryIntParam(&v, r, "offset")
+	in.Since = queryInt64Param(&v, r, "since")
+	in.Until = queryInt64Param(&v, r, "until")
+	if err := v.Err(); err != nil {
+		return err
+	}
+	rows, err := s.Webhooks.ListEndpoints(r.Context(), r.PathValue("businessId"), in)
+	if err != nil {
+		return err
+	}
+	out := make([]*webhook.Endpoint, len(rows))
+	for i, e := range rows {
+		out[i] = webhook.EndpointView(e)
+	}
+	return ok(w, out)
+}
+
+func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
+	e, err := s.Webhooks.GetEndpoint(r.Context(), r.PathValue("businessId"), r.PathValue("endpointId"))
+	if err != nil {
+		return err
+	}
+	return ok(w, webhook.EndpointView(e))
+}
+
+func (s *server) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
+	var in webhook.UpdateEndpointInput
+	if err := decode(r, &in); err != nil {
+		return err
+	}
+	e, err := s.Webhooks.UpdateEndpoint(r.Context(), r.PathValue("businessId"), r.PathValue("endpointId"), in)
+	if err != nil {
+		return err
+	}
+	return ok(w, webhook.EndpointView(e))
+}
+
+func (s *server) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
+	if err := decodeEmpty(r); err != nil {
+		return err
+	}
+	if _, err := s.Webhooks.DeleteEndpoint(r.Context(), r.PathValue("businessId"), r.PathValue("endpointId")); err != nil {
+		return err
+	}
+	httpx.WriteEmpty(w, http.StatusOK)
+	return nil
+}
+
+func (s *server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
+	if err := decodeEmpty(r); err != nil {
+		return err
+	}
+	e, err := s.Webhooks.RotateSecret(r.Context(), r.PathValue("businessId"), r.PathValue("endpointId"))
+	if err != nil {
+		return err
+	}
+	return ok(w, e)
+}
+
+func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
+	var in webhook.ListDeliveriesInput
+	var v apperr.Validator
+	in.Limit = queryIntParam(&v, r, "limit")
+	in.Offset = queryIntParam(&v, r, "offset")
+	if q := r.URL.Query(); q.Has("endpointId") {
+		id := q.Get("endpointId")
+		in.EndpointID = &id
+	}
+	if q := r.URL.Query(); q.Has("status") {
+		st := q.Get("status")
+		in.Status = &st
+	}
+	if err := v.Err(); err != nil {
+		return err
+	}
+	rows, err := s.Webhooks.ListDeliveries(r.Context(), r.PathValue("businessId"), in)
+	if err != nil {
+		return err
+	}
+	out := make([]*webhook.Delivery, len(rows))
+	for i, d := range rows {
+		out[i] = webhook.DeliveryView(d, nil)
+	}
+	return ok(w, out)
+}
+
+func (s *server) getDelivery(w http.ResponseWriter, r *http.Request) error {
+	d, err := s.Webhooks.GetDelivery(r.Context(), r.PathValue("businessId"), r.PathValue("deliveryId"))
+	if err != nil {
+		return err
+	}
+	attempts, err := s.Webhooks.Attempts(r.Context(), d)
+	if err != nil {
+		return err
+	}
+	view := webhook.DeliveryView(d, attempts)
+	if view.AttemptLog == nil {
+		view.AttemptLog = []*webhook.Attempt{}
+	}
+	return ok(w, deliveryWithLog{Delivery: view, AttemptLog: view.AttemptLog})
+}
+
+// deliveryWithLog shows attemptLog even when it is empty (the list omits it).
+type deliveryWithLog struct {
+	*webhook.Delivery
+	AttemptLog []*webhook.Attempt `json:"attemptLog"`
+}
+
+func (s *server) retryDelivery(w http.ResponseWriter, r *http.Request) error {
+	if err := decodeEmpty(r); err != nil {
+		return err
+	}
+	if _, err := s.Webhooks.RetryDelivery(r.Context(), r.PathValue("businessId"), r.PathValue("deliveryId")); err != nil {
+		return err
+	}
+	httpx.WriteEmpty(w, http.StatusOK)
+	return nil
+}
+
+// queryIntParam reads an optional integer query parameter; a malformed one
+// is recorded in v.
+func queryIntParam(v *apperr.Validator, r *http.Request, name string) *int {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return nil
+	}
+	n, err := strconv.Atoi(q.Get(name))
+	if !v.Check(err == nil, name, "must be an integer") {
+		return nil
+	}
+	return &n
+}
+
+// queryInt64Param is queryIntParam for 64-bit values (unix milliseconds).
+func queryInt64Param(v *apperr.Validator, r *http.Request, name string) *int64 {
+	q := r.URL.Query()
+	if !q.Has(name) {
+		return nil
+	}
+	n, err := strconv.ParseInt(q.Get(name), 10, 64)
+	if !v.Check(err == nil, name, "must be an integer") {
+		return nil
+	}
+	return &n
+}
