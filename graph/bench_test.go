@@ -4,15 +4,20 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
+	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/testdb"
+	"github.com/voucherd/voucherd/internal/voucher"
 )
 
 // BenchmarkIdleSubscriptions measures what idle voucherUpdated
@@ -108,3 +113,89 @@ func TestHelperIdleClients(t *testing.T) {
 	fmt.Println("ready")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 }
+
+// BenchmarkCommitToSubscriber measures how long a committed voucher change
+// takes to reach its websocket subscriber: 100 payees each watch their
+// voucher while its payer negotiates (a repeatable transition) ten times a
+// second, about 1,000 changes a second in all. Reported are the median and
+// 99th percentile from the service call's return (the commit) to the
+// subscriber's receipt.
+//
+//	go test ./graph -run '^$' -bench CommitToSubscriber -benchtime 1x
+func BenchmarkCommitToSubscriber(b *testing.B) {
+	for _, dialect := range testdb.Dialects {
+		b.Run(dialect, func(b *testing.B) {
+			for i := 0; i < b.N; i++ {
+				h := newHarness(b, dialect, harnessOptions{})
+				// The first changes of each watcher warm up (connections in
+				// the pools, stacks, caches) and are not counted.
+				const watchers, perWatcher, warmup = 100, 40, 10
+				in := voucher.NegotiateInput{SuppliedPayment: &voucher.PaymentInput{Network: "ethereum", Currency: "USDT",
+					CurrencyAddress: "0xdAC17F958D2ee523a2206206994597C13D831ec7", Amount: "1",
+					Wallet: &voucher.WalletInput{Address: payeeWallet}}}
+				var mu sync.Mutex
+				var lat []time.Duration
+				var wg sync.WaitGroup
+				ready := make(chan func(), watchers)
+				for j := 0; j < watchers; j++ {
+					payer := h.device()
+					ses, payee := h.session(payer)
+					v := h.reserve(payee, ses.Code, nil)
+					h.redeem(payee, v.ID, "10")
+					c := dialWS(b, h.ws, transportWS)
+					c.init(payee.token)
+					c.subscribe("v", `subscription($id: ID!) { voucherUpdated(id: $id) { id version } }`, map[string]any{"id": v.ID})
+					c.next(5 * time.Second) // the current state
+					wg.Add(1)
+					ready <- func() {
+						defer wg.Done()
+						for k := 0; k < perWatcher; k++ {
+							time.Sleep(time.Duration(benchPace+rand.IntN(benchPace/2)) * time.Millisecond)
+							r, err := h.vouchers.Negotiate(payer.ctx(), v.ID, in)
+							if err != nil {
+								b.Error(err)
+								return
+							}
+							committed := time.Now()
+							for {
+								var ev struct{ VoucherUpdated struct{ Version int } }
+								c.result("v", 10*time.Second, &ev)
+								if ev.VoucherUpdated.Version >= r.Version {
+									break
+								}
+							}
+							if k >= warmup {
+								mu.Lock()
+								lat = append(lat, time.Since(committed))
+								mu.Unlock()
+							}
+						}
+					}
+				}
+				close(ready)
+				start := time.Now()
+				for f := range ready {
+					go f()
+				}
+				wg.Wait()
+				elapsed := time.Since(start)
+				sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+				if len(lat) == 0 {
+					b.Fatal("no changes measured")
+				}
+				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+				b.ReportMetric(float64(len(lat))/elapsed.Seconds(), "changes/s")
+			}
+		})
+	}
+}
+
+// benchPace is the milliseconds between one watcher's changes (about 80).
+var benchPace = func() int {
+	if s := os.Getenv("VOUCHERD_BENCH_PACE_MS"); s != "" {
+		n, _ := strconv.Atoi(s)
+		return n
+	}
+	return 80
+}()

@@ -295,3 +295,28 @@ func (c *nodeClient) closedWith(t *testing.T, code int) {
 		}
 	}
 }
+
+// A graceful shutdown closes every websocket with 1001 (going away), the
+// code clients read as "reconnect, elsewhere if need be".
+func TestShutdownClosesWebsockets(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{Dialect: storage.SQLite})
+	payer := srv.Device(t)
+	sesID, _ := srv.Session(t, payer)
+	var conns []*wsClient
+	for _, proto := range protocols {
+		c := dialWS(t, wsURL(srv.URL), proto)
+		c.init(payer.Token)
+		c.subscribe("s", voucherSub, map[string]any{"s": sesID})
+		conns = append(conns, c)
+	}
+	waitSubscriptions(t, srv, 2)
+	srv.Stop(t)
+	for _, c := range conns {
+		if code, _ := c.closed(5 * time.Second); code != 1001 {
+			t.Fatalf("%s: closed with %d at shutdown, want 1001", c.proto, code)
+		}
+	}
+	if exited, code := srv.Exited(); !exited || code != 0 {
+		t.Fatalf("exit: %v %d", exited, code)
+	}
+}

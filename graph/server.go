@@ -41,9 +41,9 @@ type Options struct {
 	KeepAlive time.Duration
 	// InitTimeout bounds the wait for connection_init.
 	InitTimeout time.Duration
-	// Base ends every websocket (gqlgen closes them with 1000) when it is
-	// done: the server's shutdown. Connections are detached from their
-	// HTTP request, so nothing else ends them. Nil means never.
+	// Base closes every websocket (1001, going away) when it is done: the
+	// server's shutdown. Connections are detached from their HTTP
+	// request, so nothing else ends them. Nil means never.
 	Base context.Context
 	// MaxSubscriptionsPerConn caps the subscriptions one websocket may
 	// hold at once.
@@ -105,6 +105,8 @@ func NewHandler(r *Resolver, opts Options) http.Handler {
 		recheck:          opts.Recheck,
 	}
 	srv := handler.New(es)
+	// The websocket transport is ours (wstransport.go), not gqlgen's: an
+	// idle subscriber must not hold goroutines.
 	srv.AddTransport(newWSTransport(lim.wrapInit(initFunc(opts.Verifier, opts.Log)), opts.InitTimeout, httpx.MaxBodyBytes, opts.Log))
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})

@@ -2,7 +2,11 @@ package graph_test
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -188,6 +192,30 @@ func TestSubscriptionsLeaveNothingBehind(t *testing.T) {
 	}
 	waitFor(t, 3*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
 	goroutines(t, before, 3*time.Second)
+	// And the server closed its end of every socket: none is left in
+	// CLOSE_WAIT, waiting for the GC to close it.
+	_, port, _ := strings.Cut(strings.TrimPrefix(h.srv.URL, "http://"), ":")
+	waitFor(t, 3*time.Second, func() bool { return closeWait(t, port) == 0 })
+}
+
+// closeWait counts this process's TCP sockets on local port that the peer
+// closed and this side did not.
+func closeWait(t testing.TB, port string) int {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/net/tcp")
+	if err != nil {
+		t.Skip("no /proc/self/net/tcp")
+	}
+	p, _ := strconv.Atoi(port)
+	local := fmt.Sprintf(":%04X", p)
+	n := 0
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasSuffix(f[1], local) && f[3] == "08" {
+			n++
+		}
+	}
+	return n
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -358,3 +358,60 @@ func goroutines(t testing.TB, n int, d time.Duration) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// Queries and mutations run over the websocket too (one result, then
+// complete); the GET of the upgrade does not make them GET requests.
+func TestWebsocketRunsQueriesAndMutations(t *testing.T) {
+	h := newHarness(t, storage.SQLite, harnessOptions{})
+	payer := h.device()
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			c := dialWS(t, h.ws, proto)
+			c.init(payer.token)
+			c.subscribe("m", `mutation { createSession { id status } }`, nil)
+			var created struct{ CreateSession struct{ ID, Status string } }
+			c.result("m", 3*time.Second, &created)
+			if created.CreateSession.Status != "ACTIVE" {
+				t.Fatalf("createSession over %s: %+v", proto, created)
+			}
+			if m := c.next(2 * time.Second); m.Type != "complete" || m.ID != "m" {
+				t.Fatalf("want complete, got %s %s", m.Type, m.ID)
+			}
+			c.subscribe("q", `query($id: ID!) { voucherSession(id: $id) { id } }`, map[string]any{"id": created.CreateSession.ID})
+			var read struct{ VoucherSession struct{ ID string } }
+			c.result("q", 3*time.Second, &read)
+			if read.VoucherSession.ID != created.CreateSession.ID {
+				t.Fatalf("voucherSession: %+v", read)
+			}
+			if m := c.next(2 * time.Second); m.Type != "complete" || m.ID != "q" {
+				t.Fatalf("want complete, got %s %s", m.Type, m.ID)
+			}
+			// A document that does not validate ends with an error message.
+			c.subscribe("bad", `{ nope }`, nil)
+			if code := c.failure("bad", 2*time.Second); code != "validation_failed" {
+				t.Fatalf("invalid document: %q", code)
+			}
+		})
+	}
+	t.Run("protocol violations", func(t *testing.T) {
+		c := dialWS(t, h.ws, transportWS)
+		c.send(wsMsg{Type: "subscribe", ID: "1", Payload: payload(map[string]any{"query": "{ __typename }"})})
+		if code, _ := c.closed(2 * time.Second); code != 4401 {
+			t.Fatalf("subscribe before connection_init: %d, want 4401", code)
+		}
+		c = dialWS(t, h.ws, transportWS)
+		c.init(payer.token)
+		c.sendInit(payer.token)
+		if code, _ := c.closed(2 * time.Second); code != 4429 {
+			t.Fatalf("second connection_init: %d, want 4429", code)
+		}
+		c = dialWS(t, h.ws, transportWS)
+		c.init(payer.token)
+		ses, _ := h.session(payer)
+		c.subscribe("dup", sessionSub, map[string]any{"s": ses.ID})
+		c.subscribe("dup", sessionSub, map[string]any{"s": ses.ID})
+		if code, _ := c.closed(2 * time.Second); code != 4409 {
+			t.Fatalf("duplicate id: %d, want 4409", code)
+		}
+	})
+}

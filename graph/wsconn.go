@@ -14,7 +14,7 @@ import (
 	"github.com/gorilla/websocket"
 )
 
-// Websocket close codes the server sends besides gqlgen's own.
+// Websocket close codes other packages (the rate limiter) and tests name.
 const (
 	// CloseForbidden refuses a bad token in connection_init, and ends a
 	// connection whose token expired (graphql-transport-ws 4403 Forbidden).
@@ -31,18 +31,16 @@ const (
 
 var errMessageTooBig = errors.New("websocket message too big")
 
-// wsGuard sits between gorilla's websocket.Conn (which gqlgen owns and does
-// not expose) and the hijacked TCP connection. It sees every byte both ways,
-// which lets the server do what gqlgen's transport cannot:
-//
-//   - close with a code of its choosing (4403 for a bad or expired token,
-//     4408 for an init timeout; gqlgen always closes with 1000 or 1002)
-//     without cutting a frame gqlgen is writing in half: it tracks frame
-//     boundaries on the way out and slips the close frame in between;
-//   - bound inbound messages (gqlgen sets no read limit on the socket);
-//   - count this connection's subscriptions for the per-connection cap.
-//
-// A guard is one per connection and holds no goroutine.
+// wsGuard sits between gorilla's websocket.Conn and the hijacked TCP
+// connection and sees every byte both ways. That lets anything holding the
+// connection's context (a timer at token expiry, the keep-alive loop, the
+// init timeout, the rate limiter refusing a connection) close it with a
+// code of its choosing, or send a ping, at any moment without cutting in
+// half a frame the transport is writing: it tracks frame boundaries on the
+// way out and slips its frame in between. It also bounds inbound messages
+// (before gorilla buffers them), counts the connection's subscriptions for
+// the per-connection cap, and keeps what the connection holds until it
+// ends (end). One per connection; it holds no goroutine.
 type wsGuard struct {
 	net.Conn
 	readLimit int64
@@ -197,7 +195,7 @@ func (g *wsGuard) flushCloseLocked() {
 }
 
 // Read enforces the inbound message limit: a message growing past it gets
-// a 1009 close and ends the connection before gqlgen buffers it.
+// a 1009 close and ends the connection before it is buffered.
 func (g *wsGuard) Read(p []byte) (int, error) {
 	n, err := g.Conn.Read(p)
 	if n > 0 {
@@ -226,8 +224,7 @@ func (g *wsGuard) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// sendText writes one text frame (before gqlgen writes anything, or under
-// the same frame discipline as a close).
+// sendText writes one text frame between the transport's frames.
 func (g *wsGuard) sendText(payload string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -238,9 +235,9 @@ func (g *wsGuard) sendText(payload string) {
 }
 
 // closeWith sends a close frame with code as soon as no other frame is half
-// written, then closes the socket; gqlgen's reader then fails and it tears
-// the connection (and its subscriptions) down. It never blocks for long: a
-// writer stuck on a dead peer is cut off after two seconds.
+// written, then closes the socket; the transport's reader then fails and
+// tears the connection (and its subscriptions) down. It never blocks for
+// long: a writer stuck on a dead peer is cut off after two seconds.
 func (g *wsGuard) closeWith(code int, reason string) {
 	if len(reason) > 120 {
 		reason = reason[:120]
@@ -322,7 +319,8 @@ func (hijacked) Write([]byte) (int, error) { return 0, http.ErrHijacked }
 func (hijacked) WriteHeader(int)           {}
 
 // negotiated repeats gorilla's subprotocol choice: the client's first
-// protocol the server speaks; none means gqlgen's default, graphql-ws.
+// protocol the server speaks; none means the legacy graphql-ws, as with
+// gqlgen.
 func negotiated(r *http.Request) string {
 	for _, p := range websocket.Subprotocols(r) {
 		if p == subprotocolTransportWS || p == subprotocolLegacy {
@@ -332,8 +330,7 @@ func negotiated(r *http.Request) string {
 	return ""
 }
 
-// guardSockets wraps every websocket upgrade in a wsGuard and arms the
-// init timeout (4408), which gqlgen would answer with 1002.
+// guardConfig configures guardSockets.
 type guardConfig struct {
 	readLimit   int64
 	initTimeout time.Duration
@@ -344,7 +341,7 @@ type guardConfig struct {
 }
 
 // guardSockets wraps every websocket upgrade in a wsGuard, arms the init
-// timeout (4408, where gqlgen would answer 1002), and detaches the
+// timeout (4408), and detaches the
 // connection from net/http once it is hijacked: the transport then runs in
 // a goroutine of its own and the handler returns, so net/http drops its
 // request, response and 8 KiB of connection buffers instead of keeping
@@ -407,8 +404,8 @@ func (g *wsGuard) end() {
 	})
 }
 
-// keepAlive pings every websocket from one goroutine (gqlgen would run one
-// per connection): graphql-transport-ws gets {"type":"ping"} and must
+// keepAlive pings every websocket from one goroutine (gqlgen runs one per
+// connection): graphql-transport-ws gets {"type":"ping"} and must
 // answer (any message counts) before the next round, or it is closed; the
 // legacy protocol gets {"type":"ka"}, which it never answers. The loop runs
 // only while connections exist.
@@ -485,7 +482,7 @@ var (
 // connection: a writer busy with a frame just skips this round.
 func (g *wsGuard) keepAlive(now int64) {
 	if !g.legacy && g.pingedAt.Load() != 0 && g.lastRead.Load() < g.pingedAt.Load() {
-		g.closeWith(websocket.CloseGoingAway, "no pong")
+		g.closeWith(websocket.ClosePolicyViolation, "no pong")
 		return
 	}
 	if !g.mu.TryLock() {

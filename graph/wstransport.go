@@ -106,7 +106,12 @@ type wsMessage struct {
 }
 
 func (c *wsConn) serve(ctx context.Context) {
-
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			_ = c.ws.Close()
+		}
+	}()
 	// A backstop: the guard closes with 4408 at the init timeout.
 	_ = c.ws.SetReadDeadline(time.Now().Add(c.t.initTimeout + 2*time.Second))
 	m, ok := c.read()
@@ -134,6 +139,7 @@ func (c *wsConn) serve(ctx context.Context) {
 	}
 	c.send(wsMessage{Type: "connection_ack"})
 
+	handedOff = true
 	if c.g == nil {
 		c.loop(ctx)
 		return
@@ -165,6 +171,7 @@ func (c *wsConn) serve(ctx context.Context) {
 
 // loop reads the connection's messages until it ends.
 func (c *wsConn) loop(ctx context.Context) {
+	defer c.ws.Close() // frees the socket whoever ended the connection
 	defer c.endAll()
 	for {
 		_, b, err := c.ws.ReadMessage()
@@ -293,8 +300,13 @@ func (c *wsConn) sendResult(id string, resp *graphql.Response) {
 	buf.WriteString(`,"type":"`)
 	buf.WriteString(typ)
 	buf.WriteString(`","payload":`)
-	if len(resp.Errors) == 0 && resp.Extensions == nil && resp.HasNext == nil && resp.Path == nil && resp.Label == "" && json.Valid(resp.Data) {
+	if len(resp.Errors) == 0 && resp.Extensions == nil && resp.HasNext == nil && resp.Path == nil && resp.Label == "" {
+		// The data is gqlgen's own output (or its shared copy): valid
+		// JSON, no need to check it per subscriber.
 		buf.WriteString(`{"data":`)
+		if len(resp.Data) == 0 {
+			buf.WriteString("null")
+		}
 		buf.Write(resp.Data)
 		buf.WriteByte('}')
 	} else {
@@ -344,11 +356,16 @@ func (c *wsConn) start(ctx context.Context, m wsMessage) bool {
 	opCtx, cancel := context.WithCancel(ctx)
 	op := &wsOp{c: c, id: m.ID, ctx: opCtx, cancel: cancel}
 	c.mu.Lock()
-	if _, dup := c.ops[m.ID]; dup {
-		c.mu.Unlock()
-		cancel()
-		c.close(closeSubscriberExists, "Subscriber for "+m.ID+" already exists")
-		return false
+	if old, dup := c.ops[m.ID]; dup {
+		if !c.legacy {
+			c.mu.Unlock()
+			cancel()
+			c.close(closeSubscriberExists, "Subscriber for "+m.ID+" already exists")
+			return false
+		}
+		// subscriptions-transport-ws servers replace the operation.
+		old.cancel()
+		delete(c.ops, m.ID)
 	}
 	c.ops[m.ID] = op
 	c.mu.Unlock()
