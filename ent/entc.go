@@ -16,7 +16,6 @@ func main() {
 	ex, err := entgql.NewExtension(
 		entgql.WithSchemaGenerator(),
 		entgql.WithSchemaPath("../graph/schema/ent.graphql"),
-		entgql.WithConfigPath("../gqlgen.yml"),
 		entgql.WithWhereInputs(true),
 		entgql.WithRelaySpec(true),
 	)

@@ -10,11 +10,12 @@ import (
 
 	"entgo.io/contrib/entgql"
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // Vouchers is the resolver for the vouchers field.
 func (r *queryResolver) Vouchers(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error) {
-	first, last, err := pageArgs(first, last)
+	first, err := paging.Args(first, last)
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,7 @@ package graph
 import (
 	"context"
 
+	"entgo.io/contrib/entgql"
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/identity"
 )
@@ -35,4 +36,9 @@ func (r *mutationResolver) CloseSession(ctx context.Context, id string) (*ent.Vo
 // VoucherSession is the resolver for the voucherSession field.
 func (r *queryResolver) VoucherSession(ctx context.Context, id string) (*ent.VoucherSession, error) {
 	return nullIfNotFound(r.Sessions.Get(ctx, id))
+}
+
+// VoucherSessions is the resolver for the voucherSessions field.
+func (r *queryResolver) VoucherSessions(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error) {
+	return r.Sessions.Connection(ctx, after, first, before, last, orderBy)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // nodeLoaders resolve node(id:) through the owning service, so the graph
@@ -37,7 +38,10 @@ func (r *Resolver) node(ctx context.Context, id string) (ent.Noder, error) {
 		return nil, nil
 	}
 	n, err := load(ctx, id)
-	if apperr.HasCode(err, apperr.NotFound) {
+	// A token of a kind that can never see this type (a resource token
+	// asking for a business) is a null node too, as on REST it would be a
+	// 403: null keeps one unreadable id from failing a whole nodes(ids:) list.
+	if apperr.HasCode(err, apperr.NotFound) || apperr.HasCode(err, apperr.Forbidden) {
 		return nil, nil
 	}
 	if err != nil {
@@ -58,8 +62,8 @@ func nullIfNotFound[T any](v *T, err error) (*T, error) {
 // nodes loads ids in order, null where node(id:) would be null. A page of
 // ids at most, like the connections.
 func (r *Resolver) nodes(ctx context.Context, ids []string) ([]ent.Noder, error) {
-	if len(ids) > MaxPageSize {
-		return nil, apperr.Invalid("ids", fmt.Sprintf("at most %d ids", MaxPageSize))
+	if len(ids) > paging.MaxPageSize {
+		return nil, apperr.Invalid("ids", fmt.Sprintf("at most %d ids", paging.MaxPageSize))
 	}
 	out := make([]ent.Noder, len(ids))
 	for i, id := range ids {

@@ -13,6 +13,7 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
 
+	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
@@ -59,8 +60,9 @@ type FieldLimit struct {
 
 // Pseudo-operations: budgets of GraphQL fields that have no REST twin.
 const (
-	opViewer = "GraphQL viewer"
-	opNode   = "GraphQL node"
+	opViewer          = "GraphQL viewer"
+	opNode            = "GraphQL node"
+	opVoucherSessions = "GraphQL voucherSessions"
 )
 
 // rootLimits maps every Query and Mutation root field to its budget. A test
@@ -79,6 +81,8 @@ var rootLimits = map[string]FieldLimit{
 	"Mutation.createSession": twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/sessions/create-session"),
 	"Mutation.closeSession":  twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/sessions/{sessionId}/close-session"),
 	"Query.voucherSession":   twin(ratelimit.VouchersRead, "GET /api/v1/vouchers/sessions/{sessionId}"),
+	// The payer's own session list has no REST twin: a voucher read of its own.
+	"Query.voucherSessions": {Group: ratelimit.VouchersRead, Operation: opVoucherSessions},
 
 	// Vouchers. interop-init submits a payer's signature: a voucher write,
 	// like the spec's "sign".
@@ -312,10 +316,12 @@ func (l *limits) middleware(next http.Handler) http.Handler {
 			return
 		}
 		q.hold(release)
-		// The transport serves the whole connection inside this call, so
-		// its end is where the connection's slots come back.
-		defer q.releaseAll()
-		next.ServeHTTP(w, r)
+		// The transport returns as soon as it has upgraded: the slots
+		// come back when the connection closes (at once if it never
+		// opened).
+		ctx, done := wstransport.ReleaseOnClose(r.Context(), q.releaseAll)
+		defer done()
+		next.ServeHTTP(w, r.WithContext(ctx))
 	})
 }
 
@@ -369,13 +375,10 @@ func (l *limits) wrapInit(next transport.WebsocketInitFunc) transport.WebsocketI
 		}
 		release, ok := l.connsByCaller.Acquire(p.ID)
 		if !ok {
-			if g := guardFrom(ctx); g != nil {
-				if g.legacy {
-					g.sendText(`{"type":"connection_error","payload":{"message":"Too many connections"}}`)
-				}
-				g.closeWith(CloseTooManyRequests, "Too many connections")
+			return ctx, nil, &wstransport.CloseError{
+				Code: CloseTooManyRequests, Reason: "Too many connections",
+				Err: ratelimit.ConcurrencyErr("websocket connections for this token", l.connsByCaller.Limit()),
 			}
-			return ctx, nil, ratelimit.ConcurrencyErr("websocket connections for this token", l.connsByCaller.Limit())
 		}
 		q.hold(release)
 		return ctx, ack, nil

@@ -21,6 +21,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/graph/generated"
+	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
@@ -72,7 +73,7 @@ const (
 // NewHandler returns the /graphql handler: POST and GET (queries only) over
 // HTTP, and websockets speaking graphql-transport-ws or the legacy
 // graphql-ws (subscriptions-transport-ws), plus /graphiql in development.
-func NewHandler(r *Resolver, opts Options) http.Handler {
+func NewHandler(r *Resolver, opts Options) *Handler {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
@@ -105,9 +106,25 @@ func NewHandler(r *Resolver, opts Options) http.Handler {
 		recheck:          opts.Recheck,
 	}
 	srv := handler.New(es)
-	// The websocket transport is ours (wstransport.go), not gqlgen's: an
-	// idle subscriber must not hold goroutines.
-	srv.AddTransport(newWSTransport(lim.wrapInit(initFunc(opts.Verifier, opts.Log)), opts.InitTimeout, httpx.MaxBodyBytes, opts.Log))
+	// The websocket transport is graph/wstransport, not gqlgen's: an idle
+	// subscriber holds no goroutine and net/http keeps nothing of its
+	// connection (docs/graphql-websockets.md).
+	ws := wstransport.New(wstransport.Options{
+		InitFunc:      lim.wrapInit(initFunc(opts.Verifier)),
+		InitTimeout:   opts.InitTimeout,
+		KeepAlive:     opts.KeepAlive,
+		ReadLimit:     httpx.MaxBodyBytes,
+		MaxOperations: opts.MaxSubscriptionsPerConn,
+		OperationLimitError: func(n int) error {
+			return apperr.Newf(apperr.LimitExceeded, "at most %d subscriptions per connection", n)
+		},
+		// Browsers send Origin; tokens, not cookies, authenticate here,
+		// so a cross-site page gains nothing from connecting.
+		CheckOrigin: func(*http.Request) bool { return true },
+		Base:        opts.Base,
+		Log:         opts.Log,
+	})
+	srv.AddTransport(ws)
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
 	srv.AddTransport(transport.POST{})
@@ -132,15 +149,22 @@ func NewHandler(r *Resolver, opts Options) http.Handler {
 	})
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", guardSockets(lim.middleware(limitBody(srv)), guardConfig{
-		readLimit: httpx.MaxBodyBytes, initTimeout: opts.InitTimeout, maxSubs: int32(opts.MaxSubscriptionsPerConn),
-		base: opts.Base, keepAlive: newKeepAlive(opts.KeepAlive),
-	}))
+	mux.Handle("/graphql", lim.middleware(limitBody(srv)))
 	if opts.Development {
 		mux.Handle("GET /graphiql", playground.Handler("voucherd GraphiQL", "/graphql"))
 	}
-	return mux
+	return &Handler{Handler: mux, ws: ws}
 }
+
+// Handler is the GraphQL door (see NewHandler).
+type Handler struct {
+	http.Handler
+	ws *wstransport.Transport
+}
+
+// Shutdown closes every websocket with a close frame (1001) and waits
+// until they have ended or ctx is done.
+func (h *Handler) Shutdown(ctx context.Context) error { return h.ws.Shutdown(ctx) }
 
 type methodKey struct{}
 
@@ -246,12 +270,8 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 // message on the legacy protocol, which expects one). A good one ends the
 // connection with 4403 when the token expires: every subscription on it
 // ends, and the client reconnects with a fresh token.
-func initFunc(v auth.Verifier, log *slog.Logger) transport.WebsocketInitFunc {
+func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-		g := guardFrom(ctx)
-		if g != nil {
-			g.inited.Store(true)
-		}
 		raw := payload.Authorization()
 		if raw == "" {
 			// A connection without a token may still use open operations.
@@ -264,21 +284,11 @@ func initFunc(v auth.Verifier, log *slog.Logger) transport.WebsocketInitFunc {
 			p, err = v.Verify(ctx, tok)
 		}
 		if !ok || v == nil || err != nil || (!p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt)) {
-			if g != nil {
-				if g.legacy {
-					g.sendText(`{"type":"connection_error","payload":{"message":"Forbidden"}}`)
-				}
-				g.closeWith(CloseForbidden, "Forbidden")
-			}
-			return ctx, nil, apperr.New(apperr.Unauthorized, "Forbidden")
+			return ctx, nil, &wstransport.CloseError{Code: CloseForbidden, Reason: "Forbidden", Err: apperr.New(apperr.Unauthorized, "Forbidden")}
 		}
 		ctx = auth.WithPrincipal(ctx, p)
-		if g != nil && !p.ExpiresAt.IsZero() {
-			// Stopped by the guard when the connection ends first.
-			g.expiry = time.AfterFunc(time.Until(p.ExpiresAt), func() {
-				log.Info("graphql websocket closed: token expired", "subject", p.ID)
-				g.closeWith(CloseForbidden, "Forbidden: token expired")
-			})
+		if c := wstransport.ConnFromContext(ctx); c != nil && !p.ExpiresAt.IsZero() {
+			c.CloseAt(p.ExpiresAt, CloseForbidden, "Forbidden: token expired")
 		}
 		return ctx, nil, nil
 	}
@@ -301,7 +311,7 @@ func (transportRules) MutateOperationContext(ctx context.Context, oc *graphql.Op
 			return &gqlerror.Error{Message: "mutations need POST", Err: apperr.New(apperr.MethodNotAllowed, "mutations need POST")}
 		}
 	case ast.Subscription:
-		if guardFrom(ctx) == nil {
+		if wstransport.ConnFromContext(ctx) == nil {
 			msg := "subscriptions are served over a websocket on /graphql (graphql-transport-ws or graphql-ws)"
 			return &gqlerror.Error{Message: msg, Err: apperr.New(apperr.ValidationFailed, msg)}
 		}

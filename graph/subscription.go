@@ -11,12 +11,13 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
-	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/pubsub"
 )
 
@@ -61,10 +62,12 @@ func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	}
 	run.inner = inner
 	run.key = fingerprint(oc, e.Schema())
-	if slot, ok := ctx.Value(opSlotKey{}).(*opSlot); ok {
-		// The websocket transport drives this run event by event.
-		run.nonBlocking = true
-		slot.run = run
+	// On the websocket transport the subscription holds no goroutine while
+	// it waits: the hub says when an event is queued, and the transport
+	// then calls next, which takes it without waiting.
+	if ready := wstransport.ReadyFromContext(ctx); ready != nil {
+		run.idle = wstransport.IdleResponse(ctx)
+		run.sub.Notify(ready)
 	}
 	return run.next
 }
@@ -73,10 +76,10 @@ func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 func (e *execSchema) Complexity(ctx context.Context, typeName, field string, child int, args map[string]any) (int, bool) {
 	if def := e.Schema().Types[typeName]; def != nil {
 		if fd := def.Fields.ForName(field); fd != nil && strings.HasSuffix(fd.Type.Name(), "Connection") {
-			n := DefaultPageSize
+			n := paging.DefaultPageSize
 			for _, k := range []string{"first", "last"} {
 				if v, ok := asInt(args[k]); ok && v > 0 {
-					n = min(v, MaxPageSize)
+					n = min(v, paging.MaxPageSize)
 				}
 			}
 			return 1 + child*n, true
@@ -106,7 +109,8 @@ func asInt(v any) (int, bool) {
 }
 
 // subRun is one voucherUpdated subscription: its hub mailbox and what it
-// has sent. Only gqlgen's per-subscription goroutine touches it after Exec.
+// has sent. After Exec only the caller of next touches it, one call at a
+// time (a goroutine waiting in next, or the websocket transport's worker).
 type subRun struct {
 	present graphql.ErrorPresenterFunc
 	recheck time.Duration
@@ -121,25 +125,15 @@ type subRun struct {
 	authorize func(context.Context) error
 	checked   time.Time
 
-	// nonBlocking: next returns nil when nothing is queued instead of
-	// waiting (the transport calls it when the hub says there is news).
-	nonBlocking bool
-	done        bool
-	err         *gqlerror.Error
+	// idle is what next returns when the transport woke it but nothing is
+	// worth sending; nil when next may wait instead.
+	idle *graphql.Response
 }
 
-// ended reports whether the subscription is over (and next returns nil
-// for good).
-func (run *subRun) ended(ctx context.Context) bool { return run.done || ctx.Err() != nil }
-
-// failure is the error that ended the subscription, if any.
-func (run *subRun) failure() *gqlerror.Error { return run.err }
-
-// pending reports whether next has something to do.
-func (run *subRun) pending() bool { return run.initial != nil || run.sub.Pending() }
-
 // next is the subscription's response handler: it waits for the next
-// event worth sending and returns it rendered.
+// event worth sending and returns it rendered. Driven by the websocket
+// transport (idle set) it never waits: it is called when the hub has
+// queued something, and returns idle when that was not worth sending.
 func (run *subRun) next(ctx context.Context) *graphql.Response {
 	for {
 		ev := run.initial
@@ -147,7 +141,7 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 			run.initial = nil
 		} else {
 			var err error
-			if run.nonBlocking {
+			if run.idle != nil {
 				ev, err = run.sub.TryNext()
 			} else {
 				ev, err = run.sub.Next(ctx)
@@ -157,7 +151,7 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 				return nil
 			}
 			if ev == nil {
-				return nil // nothing now; the hub calls back
+				return run.idle // nothing now; the hub calls back
 			}
 		}
 		v := ev.Voucher
@@ -215,7 +209,6 @@ func (run *subRun) render(ctx context.Context, ev *pubsub.Event) *graphql.Respon
 // "error" message (extensions.code as everywhere else). An ended context
 // is the client leaving or the connection closing: nothing to say then.
 func (run *subRun) fail(ctx context.Context, err error) {
-	run.done = true
 	if ctx.Err() != nil {
 		return
 	}
@@ -225,14 +218,13 @@ func (run *subRun) fail(ctx context.Context, err error) {
 	case errors.Is(err, pubsub.ErrClosed):
 		err = apperr.New(apperr.Unavailable, "the server is shutting down; subscribe again")
 	}
-	run.err = run.present(ctx, err)
+	wstransport.AddSubscriptionError(ctx, run.present(ctx, err))
 }
 
 // subscribeVouchers starts a voucherUpdated subscription for the resolver.
 func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, businessID *string) (<-chan *ent.Voucher, error) {
 	run, _ := ctx.Value(runKey{}).(*subRun)
-	g := guardFrom(ctx)
-	if run == nil || g == nil {
+	if run == nil || wstransport.ConnFromContext(ctx) == nil {
 		return nil, apperr.New(apperr.ValidationFailed, "subscriptions are served over a websocket on /graphql")
 	}
 	p, err := auth.RequireAny(ctx)
@@ -275,15 +267,11 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 			return err
 		}
 	}
-	if n := g.subs.Add(1); g.maxSubs > 0 && n > g.maxSubs {
-		g.subs.Add(-1)
-		return nil, apperr.Newf(apperr.LimitExceeded, "at most %d subscriptions per connection", g.maxSubs)
-	}
 	// Follow first, then read the current state: a change committed in
 	// between arrives too, and the version check drops what is not newer.
 	sub := r.Hub.Subscribe(kind, key)
 	var once sync.Once
-	cleanup := func() { once.Do(func() { sub.Close(); g.subs.Add(-1) }) }
+	cleanup := func() { once.Do(sub.Close) }
 	stop := context.AfterFunc(ctx, cleanup)
 	fail := func(err error) (<-chan *ent.Voucher, error) {
 		stop()

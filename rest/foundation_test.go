@@ -97,6 +97,39 @@ func TestFoundationEndToEnd(t *testing.T) {
 			if len(g.Errors) > 0 || !strings.Contains(string(g.Data), `"ACTIVE"`) {
 				t.Fatalf("createSession: %s %+v", g.Data, g.Errors)
 			}
+			// The payer pages through its own sessions, newest first; no one else sees them.
+			g = srv.GraphQL(t, payer.Token, `{ voucherSessions(first: 1) { totalCount pageInfo { hasNextPage endCursor } edges { node { id status } } } }`, nil)
+			var conn struct {
+				VoucherSessions struct {
+					TotalCount int
+					PageInfo   struct {
+						HasNextPage bool
+						EndCursor   string
+					}
+					Edges []struct{ Node struct{ ID, Status string } }
+				}
+			}
+			if err := json.Unmarshal(g.Data, &conn); err != nil || len(g.Errors) > 0 {
+				t.Fatalf("voucherSessions: %s %+v", g.Data, g.Errors)
+			}
+			vs := conn.VoucherSessions
+			if vs.TotalCount != 2 || len(vs.Edges) != 1 || !vs.PageInfo.HasNextPage || vs.Edges[0].Node.ID == sesID {
+				t.Fatalf("first page should hold the newest of 2 sessions: %+v", vs)
+			}
+			g = srv.GraphQL(t, payer.Token, `query($after: Cursor) { voucherSessions(first: 5, after: $after) { edges { node { id status } } } }`, map[string]any{"after": vs.PageInfo.EndCursor})
+			if !strings.Contains(string(g.Data), sesID) || !strings.Contains(string(g.Data), `"CLOSED"`) {
+				t.Fatalf("second page should hold the closed first session: %s %+v", g.Data, g.Errors)
+			}
+			if g = srv.GraphQL(t, other.Token, `{ voucherSessions { totalCount } }`, nil); !strings.Contains(string(g.Data), `"totalCount":0`) {
+				t.Fatalf("another payer sees someone's sessions: %s", g.Data)
+			}
+			if g = srv.GraphQL(t, payee.Token, `{ voucherSessions { totalCount } }`, nil); g.ErrorCode() != "forbidden" {
+				t.Fatalf("a resource token lists sessions: %s %+v", g.Data, g.Errors)
+			}
+			if g = srv.GraphQL(t, payer.Token, `{ voucherSessions(first: 101) { totalCount } }`, nil); g.ErrorCode() != "validation_failed" {
+				t.Fatalf("page over 100: %+v", g.Errors)
+			}
+
 			g = srv.GraphQL(t, "", `mutation($in: CredentialsInput!) { signIn(input: $in) { authorization { token } } }`,
 				map[string]any{"in": map[string]any{"type": "email-password", "data": map[string]any{"email": user.Email, "password": "nope-nope"}}})
 			if g.ErrorCode() != "invalid_credentials" {

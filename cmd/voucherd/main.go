@@ -43,11 +43,6 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	// Websocket connections outlive http.Server.Shutdown (they are
-	// hijacked); cancelling their base context makes each one send a close
-	// frame and end.
-	connCtx, closeConns := context.WithCancel(context.Background())
-	defer closeConns()
 	srv := &http.Server{
 		Addr:              cfg.Addr,
 		Handler:           a.Handler(),
@@ -55,7 +50,6 @@ func run() error {
 		ReadTimeout:       30 * time.Second,
 		IdleTimeout:       120 * time.Second,
 		MaxHeaderBytes:    64 << 10,
-		BaseContext:       func(net.Listener) context.Context { return connCtx },
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -83,10 +77,11 @@ func run() error {
 	log.Info("shutting down")
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	// Shutdown drains HTTP requests; websockets are detached from them, and
+	// App.Shutdown closes each with a close frame (1001).
 	if err := srv.Shutdown(sctx); err != nil {
 		log.Warn("http shutdown", "err", err.Error())
 	}
-	closeConns()
 	if err := a.Shutdown(sctx); err != nil {
 		log.Warn("shutdown", "err", err.Error())
 	}

@@ -50,6 +50,7 @@ func (VoucherSession) Indexes() []ent.Index {
 
 func (VoucherSession) Annotations() []schema.Annotation {
 	return []schema.Annotation{
+		entgql.RelayConnection(),
 		entgql.Skip(entgql.SkipWhereInput, entgql.SkipMutationCreateInput, entgql.SkipMutationUpdateInput),
 	}
 }

@@ -219,6 +219,7 @@ type ComplexityRoot struct {
 		Viewer            func(childComplexity int) int
 		Voucher           func(childComplexity int, id string) int
 		VoucherSession    func(childComplexity int, id string) int
+		VoucherSessions   func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherSessionOrder) int
 		Vouchers          func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) int
 		WebhookDeliveries func(childComplexity int, businessID string, endpointID *string, status *webhookdelivery.Status, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int) int
 	}
@@ -301,6 +302,17 @@ type ComplexityRoot struct {
 		ID        func(childComplexity int) int
 		Status    func(childComplexity int) int
 		UpdatedAt func(childComplexity int) int
+	}
+
+	VoucherSessionConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	VoucherSessionEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
 	}
 
 	Wallet struct {
@@ -400,6 +412,7 @@ type QueryResolver interface {
 	Businesses(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) (*ent.BusinessConnection, error)
 	Vouchers(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error)
 	VoucherSession(ctx context.Context, id string) (*ent.VoucherSession, error)
+	VoucherSessions(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error)
 	Viewer(ctx context.Context) (*identity.Viewer, error)
 	Voucher(ctx context.Context, id string) (*ent.Voucher, error)
 	Currencies(ctx context.Context, network *string) ([]finance.Token, error)
@@ -1210,6 +1223,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Query.VoucherSession(childComplexity, args["id"].(string)), true
+	case "Query.voucherSessions":
+		if e.ComplexityRoot.Query.VoucherSessions == nil {
+			break
+		}
+
+		args, err := ec.field_Query_voucherSessions_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Query.VoucherSessions(childComplexity, args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int), args["orderBy"].(*ent.VoucherSessionOrder)), true
 	case "Query.vouchers":
 		if e.ComplexityRoot.Query.Vouchers == nil {
 			break
@@ -1547,6 +1571,38 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.VoucherSession.UpdatedAt(childComplexity), true
+
+	case "VoucherSessionConnection.edges":
+		if e.ComplexityRoot.VoucherSessionConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VoucherSessionConnection.Edges(childComplexity), true
+	case "VoucherSessionConnection.pageInfo":
+		if e.ComplexityRoot.VoucherSessionConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VoucherSessionConnection.PageInfo(childComplexity), true
+	case "VoucherSessionConnection.totalCount":
+		if e.ComplexityRoot.VoucherSessionConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VoucherSessionConnection.TotalCount(childComplexity), true
+
+	case "VoucherSessionEdge.cursor":
+		if e.ComplexityRoot.VoucherSessionEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VoucherSessionEdge.Cursor(childComplexity), true
+	case "VoucherSessionEdge.node":
+		if e.ComplexityRoot.VoucherSessionEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.VoucherSessionEdge.Node(childComplexity), true
 
 	case "Wallet.address":
 		if e.ComplexityRoot.Wallet.Address == nil {
@@ -1947,7 +2003,7 @@ input UpdateBusinessUserStatusInput {
 extend type Query {
   "GET /api/v1/businesses/:businessId; null unless the caller is an ACTIVE member."
   business(id: ID!): Business
-  "GET /api/v1/businesses/ as a connection: the businesses the caller is an ACTIVE member of (at most 100 a page; 100 when neither first nor last is given)."
+  "GET /api/v1/businesses/ as a connection: the businesses the caller is an ACTIVE member of (at most 100 a page; 20 when neither first nor last is given)."
   businesses(
     after: Cursor
     first: Int
@@ -2481,6 +2537,10 @@ type Query {
     ids: [ID!]!
   ): [Node]!
 }
+"""
+The builtin Time type
+"""
+scalar Time
 type User implements Node {
   id: ID!
   createdAt: Time!
@@ -2588,6 +2648,36 @@ type VoucherSession implements Node {
   status: VoucherSessionStatus!
   expiresAt: Time!
   closedAt: Time
+}
+"""
+A connection to a list of items.
+"""
+type VoucherSessionConnection {
+  """
+  A list of edges.
+  """
+  edges: [VoucherSessionEdge]
+  """
+  Information to aid in pagination.
+  """
+  pageInfo: PageInfo!
+  """
+  Identifies the total count of items in the connection.
+  """
+  totalCount: Int!
+}
+"""
+An edge in a connection.
+"""
+type VoucherSessionEdge {
+  """
+  The item at the end of the edge.
+  """
+  node: VoucherSession
+  """
+  A cursor for use in pagination.
+  """
+  cursor: Cursor!
 }
 """
 Ordering options for VoucherSession connections
@@ -3107,6 +3197,17 @@ extend type Query {
   "GET /api/v1/vouchers/sessions/:sessionId"
   voucherSession(id: ID!): VoucherSession
 }
+
+extend type Query {
+  "The caller's own voucher sessions (payer contexts), newest first unless orderBy says otherwise."
+  voucherSessions(
+    after: Cursor
+    first: Int
+    before: Cursor
+    last: Int
+    orderBy: VoucherSessionOrder
+  ): VoucherSessionConnection!
+}
 `, BuiltIn: false},
 	{Name: "../schema/schema.graphql", Input: `# Hand-written parts of the graph. ent.graphql is generated from ent/schema
 # by ` + "`" + `make generate` + "`" + `; these files extend it. Field names are the REST JSON
@@ -3116,8 +3217,6 @@ extend type Query {
 scalar Decimal
 "An opaque JSON value the spec leaves open (extras, payeeInfo)."
 scalar JSON
-"A timestamp: RFC 3339 in UTC with milliseconds, e.g. \"2026-11-21T19:06:00.000Z\"."
-scalar Time
 
 type Wallet {
   address: String!
@@ -3388,7 +3487,7 @@ extend type WebhookDelivery {
 }
 
 extend type Query {
-  "GET /api/v1/businesses/:businessId/webhook-deliveries as a connection, newest first (at most 100 a page; 100 when neither first nor last is given)."
+  "GET /api/v1/businesses/:businessId/webhook-deliveries as a connection, newest first (at most 100 a page; 20 when neither first nor last is given)."
   webhookDeliveries(
     businessId: ID!
     endpointId: ID
@@ -3780,6 +3879,28 @@ func (ec *executionContext) childFields_VoucherSession(ctx context.Context, fiel
 		return ec.fieldContext_VoucherSession_closedAt(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type VoucherSession", field.Name)
+}
+
+func (ec *executionContext) childFields_VoucherSessionConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_VoucherSessionConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_VoucherSessionConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_VoucherSessionConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VoucherSessionConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_VoucherSessionEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_VoucherSessionEdge_node(ctx, field)
+	case "cursor":
+		return ec.fieldContext_VoucherSessionEdge_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type VoucherSessionEdge", field.Name)
 }
 
 func (ec *executionContext) childFields_Wallet(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4641,6 +4762,52 @@ func (ec *executionContext) field_Query_voucherSession_args(ctx context.Context,
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Query_voucherSessions_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.VoucherSessionOrder, error) {
+			return ec.unmarshalOVoucherSessionOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
 	return args, nil
 }
 
@@ -7820,6 +7987,50 @@ func (ec *executionContext) fieldContext_Query_voucherSession(ctx context.Contex
 	return fc, nil
 }
 
+func (ec *executionContext) _Query_voucherSessions(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Query_voucherSessions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Query().VoucherSessions(ctx, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.VoucherSessionOrder))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.VoucherSessionConnection) graphql.Marshaler {
+			return ec.marshalNVoucherSessionConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Query_voucherSessions(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Query",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherSessionConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Query_voucherSessions_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Query_viewer(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9333,6 +9544,148 @@ func (ec *executionContext) _VoucherSession_closedAt(ctx context.Context, field 
 }
 func (ec *executionContext) fieldContext_VoucherSession_closedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("VoucherSession", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _VoucherSessionConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherSessionConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VoucherSessionConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.VoucherSessionEdge) graphql.Marshaler {
+			return ec.marshalOVoucherSessionEdge2ᚕᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionEdge(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VoucherSessionConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VoucherSessionConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherSessionEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VoucherSessionConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherSessionConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VoucherSessionConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.PageInfo[string]) graphql.Marshaler {
+			return ec.marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VoucherSessionConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VoucherSessionConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VoucherSessionConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherSessionConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VoucherSessionConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VoucherSessionConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VoucherSessionConnection", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _VoucherSessionEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherSessionEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VoucherSessionEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.VoucherSession) graphql.Marshaler {
+			return ec.marshalOVoucherSession2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSession(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_VoucherSessionEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "VoucherSessionEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_VoucherSession(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _VoucherSessionEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherSessionEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_VoucherSessionEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.Cursor[string]) graphql.Marshaler {
+			return ec.marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_VoucherSessionEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("VoucherSessionEdge", field, false, false, errors.New("field of type Cursor does not have child fields"))
 }
 
 func (ec *executionContext) _Wallet_address(ctx context.Context, field graphql.CollectedField, obj *payment.Wallet) (ret graphql.Marshaler) {
@@ -16369,6 +16722,28 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 			}
 
 			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
+		case "voucherSessions":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Query_voucherSessions(ctx, field)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			rrm := func(ctx context.Context) graphql.Marshaler {
+				return ec.OperationContext.RootResolverMiddleware(ctx,
+					func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return rrm(innerCtx) })
 		case "viewer":
 			field := field
 
@@ -17159,6 +17534,93 @@ func (ec *executionContext) _VoucherSession(ctx context.Context, sel ast.Selecti
 			}
 		case "closedAt":
 			out.Values[i] = ec._VoucherSession_closedAt(ctx, field, obj)
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var voucherSessionConnectionImplementors = []string{"VoucherSessionConnection"}
+
+func (ec *executionContext) _VoucherSessionConnection(ctx context.Context, sel ast.SelectionSet, obj *ent.VoucherSessionConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, voucherSessionConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("VoucherSessionConnection")
+		case "edges":
+			out.Values[i] = ec._VoucherSessionConnection_edges(ctx, field, obj)
+		case "pageInfo":
+			out.Values[i] = ec._VoucherSessionConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._VoucherSessionConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var voucherSessionEdgeImplementors = []string{"VoucherSessionEdge"}
+
+func (ec *executionContext) _VoucherSessionEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.VoucherSessionEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, voucherSessionEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("VoucherSessionEdge")
+		case "node":
+			out.Values[i] = ec._VoucherSessionEdge_node(ctx, field, obj)
+		case "cursor":
+			out.Values[i] = ec._VoucherSessionEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -18758,6 +19220,20 @@ func (ec *executionContext) marshalNVoucherSession2ᚖgithubᚗcomᚋvoucherdᚋ
 	return ec._VoucherSession(ctx, sel, v)
 }
 
+func (ec *executionContext) marshalNVoucherSessionConnection2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionConnection(ctx context.Context, sel ast.SelectionSet, v ent.VoucherSessionConnection) graphql.Marshaler {
+	return ec._VoucherSessionConnection(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNVoucherSessionConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionConnection(ctx context.Context, sel ast.SelectionSet, v *ent.VoucherSessionConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._VoucherSessionConnection(ctx, sel, v)
+}
+
 func (ec *executionContext) unmarshalNVoucherSessionOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionOrderField(ctx context.Context, v any) (*ent.VoucherSessionOrderField, error) {
 	var res = new(ent.VoucherSessionOrderField)
 	err := res.UnmarshalGQL(v)
@@ -19861,6 +20337,34 @@ func (ec *executionContext) marshalOVoucherSession2ᚖgithubᚗcomᚋvoucherdᚋ
 		return graphql.Null
 	}
 	return ec._VoucherSession(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalOVoucherSessionEdge2ᚕᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.VoucherSessionEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOVoucherSessionEdge2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionEdge(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalOVoucherSessionEdge2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionEdge(ctx context.Context, sel ast.SelectionSet, v *ent.VoucherSessionEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._VoucherSessionEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOVoucherSessionOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐVoucherSessionOrder(ctx context.Context, v any) (*ent.VoucherSessionOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputVoucherSessionOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
 func (ec *executionContext) unmarshalOVoucherStatus2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋvoucherᚐStatusᚄ(ctx context.Context, v any) ([]voucher1.Status, error) {

@@ -1,7 +1,6 @@
 package wstransport
 
 import (
-	"os"
 	"context"
 	"encoding/json"
 	"errors"
@@ -42,7 +41,7 @@ type Conn struct {
 
 	// Under mu.
 	mu           sync.Mutex
-	opCtx        context.Context // what InitFunc returned; operations derive from it
+	opCtx        context.Context // what InitFunc returned, uncancelable; operations derive from it
 	initReceived bool
 	inited       bool
 	ops          []*op
@@ -111,53 +110,64 @@ type inMsg struct {
 	Payload json.RawMessage `json:"payload"`
 }
 
-// readLoop is the connection's one goroutine. It reads and dispatches
-// messages until the socket fails or closes, then tears the connection
-// down.
+// readLoop is the connection's one goroutine. It waits for messages until
+// the socket fails or closes, then tears the connection down.
+//
+// It is kept shallow on purpose: a new goroutine has a 2 KiB stack of
+// which about 1.1 KiB may hold frames, and gorilla's read path down to the
+// netpoller uses most of that. One more large frame, or one deep call
+// (JSON decoding, token checks, GraphQL validation) made here even once,
+// and the stack doubles to 4 KiB for the connection's whole life — a
+// quarter of an idle subscriber's budget. So each message is handled on a
+// short-lived goroutine while the reader waits for it (which keeps
+// messages in order).
 func (c *Conn) readLoop() {
-	if os.Getenv("ZZ") == "1" {
-		for {
-			if _, _, err := c.ws.NextReader(); err != nil {
-				return
-			}
-		}
-	}
-	var err error
-	defer func() { c.teardown(err) }()
 	for {
-		var r io.Reader
-		_, r, err = c.ws.NextReader()
+		_, r, err := c.ws.NextReader()
+		if err == nil {
+			err = c.dispatch(r)
+		}
 		if err != nil {
+			c.teardown(err)
 			return
 		}
-		start := graphql.Now()
-		b, rerr := io.ReadAll(r)
-		if rerr != nil {
-			err = rerr
-			return
-		}
-		if c.closing.Load() {
-			continue // waiting for the client's close frame
-		}
-		if !c.legacy {
-			// A client that talks is alive, whether or not its pong is
-			// among what it said.
-			c.mu.Lock()
-			c.awaitingPong = false
-			c.mu.Unlock()
-		}
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			var m inMsg
-			if json.Unmarshal(b, &m) != nil {
-				c.protocolError("invalid message")
-				return
-			}
-			c.handle(&m, start)
-		}()
-		<-done
 	}
+}
+
+// dispatch handles one message off the reader's stack and waits for it.
+//
+//go:noinline
+func (c *Conn) dispatch(r io.Reader) error {
+	errc := make(chan error, 1)
+	go func() { errc <- c.readMessage(r) }()
+	return <-errc
+}
+
+// readMessage reads one message and acts on it; an error ends the
+// connection (the socket failed mid-message, or it was too big).
+func (c *Conn) readMessage(r io.Reader) error {
+	start := graphql.Now()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return err
+	}
+	if c.closing.Load() {
+		return nil // waiting for the client's close frame
+	}
+	if !c.legacy {
+		// A client that talks is alive, whether or not its pong is among
+		// what it said.
+		c.mu.Lock()
+		c.awaitingPong = false
+		c.mu.Unlock()
+	}
+	var m inMsg
+	if json.Unmarshal(b, &m) != nil {
+		c.protocolError("invalid message")
+		return nil
+	}
+	c.handle(&m, start)
+	return nil
 }
 
 func (c *Conn) handle(m *inMsg, start time.Time) {
@@ -241,7 +251,10 @@ func (c *Conn) handleInit(payload json.RawMessage) {
 		}
 	}
 	c.mu.Lock()
-	c.opCtx = ctx
+	// Operations end through their own cancel (teardown cancels each), so
+	// their parent need not be cancelable: that spares every connection
+	// the children map and done channel a cancelable parent would get.
+	c.opCtx = context.WithoutCancel(ctx)
 	c.inited = true
 	c.initDeadline = time.Time{}
 	if c.t.opts.KeepAlive > 0 {

@@ -229,7 +229,7 @@ func (m *mailbox) close() {
 
 // server is the transport behind a real gqlgen handler on httptest.
 type server struct {
-	t        *testing.T
+	t        testing.TB
 	tr       *wstransport.Transport
 	broker   *broker
 	srv      *httptest.Server
@@ -244,7 +244,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 
 // newServer serves the test schema; wrap, when given, wraps the handler
 // (a middleware under test).
-func newServer(t *testing.T, opts wstransport.Options, wrap ...func(http.Handler) http.Handler) *server {
+func newServer(t testing.TB, opts wstransport.Options, wrap ...func(http.Handler) http.Handler) *server {
 	t.Helper()
 	s := &server{t: t, broker: &broker{}}
 	if opts.InitFunc == nil {

@@ -140,12 +140,12 @@ func (c *Conn) startOp(m *inMsg, start time.Time) {
 			return
 		}
 		// subscriptions-transport-ws servers end the old operation
-		// silently and start the new one.
+		// silently and start the new one. It stays listed (for teardown)
+		// until it has finished, but no longer answers to its id.
 		old.silent = true
-		c.removeLocked(old)
 		replaced = old
 	}
-	if limit := c.t.opts.MaxOperations; limit > 0 && len(c.ops) >= limit {
+	if limit := c.t.opts.MaxOperations; limit > 0 && c.activeLocked() >= limit {
 		ctx := c.opCtx
 		c.mu.Unlock()
 		if replaced != nil {
@@ -187,11 +187,23 @@ func (c *Conn) stopOp(id string) {
 
 func (c *Conn) findLocked(id string) *op {
 	for _, o := range c.ops {
-		if o.id == id {
+		if o.id == id && !o.silent {
 			return o
 		}
 	}
 	return nil
+}
+
+// activeLocked counts the operations that hold a place (not one a legacy
+// start replaced, which is only finishing).
+func (c *Conn) activeLocked() int {
+	n := 0
+	for _, o := range c.ops {
+		if !o.silent {
+			n++
+		}
+	}
+	return n
 }
 
 func (c *Conn) removeLocked(o *op) {

@@ -100,7 +100,7 @@ type Options struct {
 	// (default 4 × GOMAXPROCS, at least 4). They exist only while there is
 	// work.
 	Workers int
-	// ReadBufferSize is each connection's read buffer (default 512 bytes;
+	// ReadBufferSize is each connection's read buffer (default 256 bytes;
 	// messages larger than it are read in several steps). Write buffers
 	// come from a shared pool and are held only while writing.
 	ReadBufferSize  int
@@ -174,7 +174,7 @@ func New(opts Options) *Transport {
 		opts.Workers = max(4, 4*runtime.GOMAXPROCS(0))
 	}
 	if opts.ReadBufferSize <= 0 {
-		opts.ReadBufferSize = 512
+		opts.ReadBufferSize = 256
 	}
 	if opts.WriteBufferSize <= 0 {
 		// WriteMessage copies what fits and hands the rest to writev, so

@@ -366,7 +366,8 @@ func TestProtocolViolations(t *testing.T) {
 // On the legacy protocol a start with an id in use replaces the operation
 // (subscriptions-transport-ws does so), without a complete for the old one.
 func TestLegacyStartReplaces(t *testing.T) {
-	s := newServer(t, wstransport.Options{})
+	// At the cap, too: the replaced operation gives its place up.
+	s := newServer(t, wstransport.Options{MaxOperations: 1})
 	c := dial(t, s.url, legacyWS)
 	c.init(validToken)
 	c.subscribe("1", events("old"))
@@ -378,6 +379,14 @@ func TestLegacyStartReplaces(t *testing.T) {
 		t.Fatalf("got %q", v)
 	}
 	c.quiet(50 * time.Millisecond)
+	if st := s.tr.Stats(); st.Operations != 1 || st.LeanOperations != 1 {
+		t.Fatalf("stats %+v, want the one new operation", st)
+	}
+	_ = c.conn.Close()
+	waitFor(t, 2*time.Second, "all ended", func() bool {
+		st := s.tr.Stats()
+		return st.Connections == 0 && st.Operations == 0 && st.LeanOperations == 0
+	})
 }
 
 func TestReadLimit(t *testing.T) {
@@ -412,12 +421,32 @@ func TestShutdown(t *testing.T) {
 			t.Fatalf("close %d, want 1001", code)
 		}
 	}
-	if st := s.tr.Stats(); st.Connections != 0 || st.Operations != 0 || s.broker.count("s") != 0 {
-		t.Fatalf("after shutdown: %+v, %d subscribers", st, s.broker.count("s"))
+	if st := s.tr.Stats(); st.Connections != 0 || st.Operations != 0 {
+		t.Fatalf("after shutdown: %+v", st)
 	}
+	// The resolvers' cleanups run from context.AfterFunc, on their own.
+	waitFor(t, 2*time.Second, "subscriptions cleaned up", func() bool { return s.broker.count("s") == 0 })
 	_, resp, err := websocket.DefaultDialer.Dial(s.url, nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
 		t.Fatalf("upgrade after shutdown: %v %v", resp, err)
+	}
+}
+
+// Ending Options.Base closes every socket with 1001 and refuses new ones.
+func TestBaseContext(t *testing.T) {
+	base, cancel := context.WithCancel(context.Background())
+	s := newServer(t, wstransport.Options{Base: base})
+	c := dial(t, s.url, legacyWS)
+	c.init(validToken)
+	c.subscribe("1", events("b"))
+	waitFor(t, 2*time.Second, "subscribed", func() bool { return s.broker.count("b") == 1 })
+	cancel()
+	if code, _ := c.closed(2 * time.Second); code != websocket.CloseGoingAway {
+		t.Fatalf("close %d, want 1001", code)
+	}
+	waitFor(t, 2*time.Second, "ended", func() bool { return s.tr.Stats().Connections == 0 && s.broker.count("b") == 0 })
+	if _, resp, err := websocket.DefaultDialer.Dial(s.url, nil); err == nil || resp.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("upgrade after base ended: %v %v", resp, err)
 	}
 }
 

@@ -35,7 +35,10 @@ func (t Time) Std() time.Time { return time.Time(t) }
 
 // MarshalJSON writes the timestamp as a JSON string.
 func (t Time) MarshalJSON() ([]byte, error) {
-	return []byte(`"` + Format(time.Time(t)) + `"`), nil
+	b := make([]byte, 0, len(Layout)+2)
+	b = append(b, '"')
+	b = time.Time(t).UTC().AppendFormat(b, Layout)
+	return append(b, '"'), nil
 }
 
 // UnmarshalJSON reads any RFC 3339 timestamp.

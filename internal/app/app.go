@@ -63,6 +63,9 @@ type App struct {
 	// from their HTTP requests, which the HTTP server's shutdown ends).
 	sockets      context.Context
 	closeSockets context.CancelFunc
+	// graphql is the GraphQL door; Shutdown waits for its websockets'
+	// close frames.
+	graphql *graph.Handler
 	// Finance is the token registry, prices and FX quotes; Vouchers the
 	// voucher lifecycle.
 	Finance  *finance.Service
@@ -143,7 +146,7 @@ func (a *App) build(ctx context.Context) error {
 	reg.MustRegister(pubsub.Collectors(a.Hub)...)
 	metrics := httpx.NewMetrics(reg)
 
-	gql := graph.NewHandler(&graph.Resolver{
+	a.graphql = graph.NewHandler(&graph.Resolver{
 		Client:     db.Client,
 		Identity:   a.Identity,
 		Sessions:   a.Sessions,
@@ -163,9 +166,9 @@ func (a *App) build(ctx context.Context) error {
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
 	}, rest.Options{Log: a.Log, Limiter: limits})
-	mux.Handle("/graphql", gql)
+	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {
-		mux.Handle("GET /graphiql", gql)
+		mux.Handle("GET /graphiql", a.graphql)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -294,7 +297,7 @@ func (a *App) sweep(ctx context.Context) error {
 // buildVouchers wires the voucher service: the finance config from
 // VOUCHER_FINANCE_FILE (the embedded development default when unset), the
 // FX spread, the voucher lifetime, the outbox as its event sink and the
-// hub as its publisher (used on SQLite; PostgreSQL notifies).
+// hub as its publisher.
 func (a *App) buildVouchers() error {
 	cfg := a.Config
 	fc := finance.Default()
@@ -318,6 +321,11 @@ func (a *App) buildVouchers() error {
 
 // Shutdown stops the background workers and closes storage.
 func (a *App) Shutdown(ctx context.Context) error {
+	if a.graphql != nil {
+		if err := a.graphql.Shutdown(ctx); err != nil {
+			a.Log.Warn("graphql websockets did not all close in time", "err", err.Error())
+		}
+	}
 	if a.closeSockets != nil {
 		a.closeSockets()
 	}
@@ -334,14 +342,15 @@ func (a *App) Shutdown(ctx context.Context) error {
 	return a.DB.Close()
 }
 
-// buildPubsub starts the subscription hub. On SQLite the voucher service
-// publishes to it after each commit; on PostgreSQL every replica's
-// statements NOTIFY and the listener publishes them here (the service's
-// own Publisher stays unused), so a change on any replica reaches this
-// one's subscribers.
+// buildPubsub starts the subscription hub. The voucher service publishes
+// its own changes to it after each commit, with their new state; on
+// PostgreSQL every replica's statements also NOTIFY (with the row when it
+// fits) and the listener publishes them here, so a change on any replica
+// reaches this one's subscribers. Rows from notifications get the same read
+// model as loaded vouchers.
 func (a *App) buildPubsub(ctx context.Context) error {
 	a.sockets, a.closeSockets = context.WithCancel(context.Background())
-	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log})
+	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log, Prepare: voucher.ReadModel(time.Now)})
 	if !a.DB.IsPostgres() {
 		return nil
 	}

@@ -723,3 +723,70 @@ func TestVerifiedPrincipalThroughGuards(t *testing.T) {
 		t.Errorf("RequireRegistered with resource token: %v", err)
 	}
 }
+
+// A token verified once is remembered, and a remembered token is judged
+// exactly as a fresh verification would judge it: expiry and "issued in
+// the future" are checked on every use, and callers get their own copy.
+func TestVerifiedTokensAreRejudgedOnEveryUse(t *testing.T) {
+	c := newClock()
+	i := newIssuer(t, c, keyA)
+	tok, exp, err := i.IssueUser("usr_alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := i.Verify(context.Background(), tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := i.verified.get(tok); !ok {
+		t.Fatal("a verified token was not remembered")
+	}
+	first.ID = "usr_mallory" // a caller scribbling on its principal
+	again, err := i.Verify(context.Background(), tok)
+	if err != nil || again.ID != "usr_alice" || again.Kind != KindUser || !again.ExpiresAt.Equal(exp) {
+		t.Fatalf("second verification: %+v, %v", again, err)
+	}
+
+	// Back before iat (less the leeway): not yet valid, as when parsed.
+	c.Set(t0.Add(-ClockSkew - time.Second))
+	wantUnauthorized(t, i, tok, errNotYetValid)
+	c.Set(t0.Add(-ClockSkew + time.Second))
+	if _, err := i.Verify(context.Background(), tok); err != nil {
+		t.Fatalf("within the leeway before iat: %v", err)
+	}
+	// At exp: expired, although it was remembered.
+	c.Set(exp)
+	wantUnauthorized(t, i, tok, errExpired)
+
+	// Tampered tokens never match a remembered one and are checked in full.
+	c.Set(t0)
+	k := len(tok) - 10
+	flip := byte('A')
+	if tok[k] == 'A' {
+		flip = 'B'
+	}
+	wantUnauthorized(t, i, tok[:k]+string(flip)+tok[k+1:], errSignature)
+	// An issuer with other keys (a rotation is a new Issuer) judges afresh.
+	other := newIssuer(t, c, keyB)
+	wantUnauthorized(t, other, tok, errKeyID)
+}
+
+func TestVerifiedCacheIsBounded(t *testing.T) {
+	c := newClock()
+	i := newIssuer(t, c, keyA)
+	for n := 0; n < maxVerified+10; n++ {
+		tok, _, err := i.IssueDevice("dev_" + strings.Repeat("x", 1+n%7))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := i.Verify(context.Background(), tok); err != nil {
+			t.Fatal(err)
+		}
+	}
+	i.verified.mu.RLock()
+	n := len(i.verified.m)
+	i.verified.mu.RUnlock()
+	if n > maxVerified {
+		t.Fatalf("%d tokens remembered, bound %d", n, maxVerified)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -24,10 +25,6 @@ const (
 	NameMaxRunes = 128
 	// EmailMaxRunes is the sign-in bound on emails: no registered user has a longer one.
 	EmailMaxRunes = 128
-	// MaxPageSize bounds a GraphQL connection page; DefaultPageSize is the
-	// page a connection returns when the caller names neither first nor last.
-	MaxPageSize     = 100
-	DefaultPageSize = 100
 )
 
 // CreateInput is the create-business body.
@@ -133,7 +130,7 @@ func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int,
 	if err != nil {
 		return nil, err
 	}
-	first, err = pageArgs(first, last)
+	first, err = paging.Args(first, last)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +220,7 @@ func (s *Service) Members(ctx context.Context, b *ent.Business, after *ent.Curso
 	if _, _, err := Membership(ctx, s.db.Client, b.ID, p.ID); err != nil {
 		return nil, err
 	}
-	first, err = pageArgs(first, last)
+	first, err = paging.Args(first, last)
 	if err != nil {
 		return nil, err
 	}
@@ -478,26 +475,3 @@ func checkName(v *apperr.Validator, name string) {
 // normalizeEmail matches identity's sign-up rule: emails are stored trimmed
 // and lower-cased.
 func normalizeEmail(s string) string { return strings.ToLower(strings.TrimSpace(s)) }
-
-// pageArgs bounds a connection page: first and last are 0 to MaxPageSize
-// and not both given; with neither, the page is the first DefaultPageSize.
-func pageArgs(first, last *int) (*int, error) {
-	var v apperr.Validator
-	if first != nil {
-		v.Check(*first >= 0 && *first <= MaxPageSize, "first", "must be 0 to 100")
-	}
-	if last != nil {
-		v.Check(*last >= 0 && *last <= MaxPageSize, "last", "must be 0 to 100")
-	}
-	if first != nil && last != nil {
-		v.Add("last", "cannot be combined with first")
-	}
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	if first == nil && last == nil {
-		n := DefaultPageSize
-		return &n, nil
-	}
-	return first, nil
-}

@@ -3,6 +3,12 @@
 // on one replica reaches subscribers on all of them.
 package pubsub
 
+import (
+	"encoding/json"
+
+	"github.com/voucherd/voucherd/ent"
+)
+
 // Channel is the PostgreSQL NOTIFY channel voucher changes are sent on.
 // The voucher service issues pg_notify(Channel, <VoucherChange JSON>) in the
 // same transaction as the change, so a notification exists exactly when the
@@ -10,8 +16,9 @@ package pubsub
 const Channel = "voucher_changes"
 
 // VoucherChange says that a voucher reached a new version. It carries the
-// keys subscriptions are filtered by, never the voucher itself (NOTIFY
-// payloads are small); each replica loads the voucher once per change.
+// keys subscriptions are filtered by and, when it fits, the new state
+// itself, so a replica dispatches it without reading the database; a change
+// without it is loaded once per replica.
 type VoucherChange struct {
 	ID         string `json:"id"`
 	Version    int    `json:"version"`
@@ -19,6 +26,24 @@ type VoucherChange struct {
 	BusinessID string `json:"businessId,omitempty"`
 	PayerID    string `json:"payerId"`
 	PayeeID    string `json:"payeeId"`
+	// Row is the voucher's new row as PostgreSQL's row_to_json renders it
+	// (column name to value), present when the whole notification fits in
+	// MaxRowPayload; ent.Voucher's JSON names are the column names.
+	Row json.RawMessage `json:"voucher,omitempty"`
+	// Voucher is the new state handed over in process by the replica that
+	// made the change (never sent anywhere). Subscribers only read it.
+	Voucher *ent.Voucher `json:"-"`
+}
+
+// MaxRowPayload bounds a notification that carries the row: PostgreSQL
+// refuses NOTIFY payloads of 8000 bytes or more (and the statement with
+// them), so a larger change goes out with its keys only and is loaded.
+const MaxRowPayload = 7900
+
+// WithState returns c carrying v in process.
+func (c VoucherChange) WithState(v *ent.Voucher) VoucherChange {
+	c.Voucher = v
+	return c
 }
 
 // Publisher delivers a committed change to this replica's subscribers. The

@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"hash/fnv"
 	"log/slog"
@@ -54,16 +55,23 @@ type Options struct {
 	MaxPending int
 	// MaxBatch bounds how many vouchers one load reads (default 256).
 	MaxBatch int
-	Log      *slog.Logger
+	// Prepare applies the read model to a voucher decoded from a change's
+	// Row, as the loader's client does to what it loads (an expired
+	// voucher shows as DISCARDED). Nil leaves the row as stored.
+	Prepare func(*ent.Voucher)
+	Log     *slog.Logger
 }
 
 // Hub fans voucher changes out to this replica's subscribers. Publish is
 // cheap and never blocks on a subscriber: changes nobody follows are dropped
-// at once, the rest are loaded by a shard worker (one query per batch) and
-// handed to each subscriber's mailbox, where repeated changes of one voucher
-// coalesce to the newest version.
+// at once; the rest go to a shard worker, which takes the new state from the
+// change itself when it carries it (its Row, or the Voucher of an in-process
+// publish) and otherwise loads it (one query per batch), and hands it to
+// each subscriber's mailbox, where repeated changes of one voucher coalesce
+// to the newest version.
 type Hub struct {
 	loader     Loader
+	prepare    func(*ent.Voucher)
 	log        *slog.Logger
 	maxPending int
 	maxBatch   int
@@ -95,7 +103,7 @@ func NewHub(loader Loader, opts Options) *Hub {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	h := &Hub{loader: loader, log: opts.Log, maxPending: opts.MaxPending, maxBatch: opts.MaxBatch, stop: make(chan struct{})}
+	h := &Hub{loader: loader, prepare: opts.Prepare, log: opts.Log, maxPending: opts.MaxPending, maxBatch: opts.MaxBatch, stop: make(chan struct{})}
 	for k := range h.index {
 		h.index[k] = map[string][]*Subscription{}
 	}
@@ -544,11 +552,12 @@ func (s *shard) run() {
 			if batch == nil {
 				break
 			}
+			var failed []pendingChange
 			var err error
-			buf, err = s.process(batch, buf)
+			buf, failed, err = s.process(batch, buf)
 			if err != nil {
-				h.log.Error("pubsub: loading changed vouchers failed; retrying", "err", err.Error(), "vouchers", len(batch))
-				s.putBack(batch)
+				h.log.Error("pubsub: loading changed vouchers failed; retrying", "err", err.Error(), "vouchers", len(failed))
+				s.putBack(failed)
 				select {
 				case <-h.stop:
 					return
@@ -559,34 +568,92 @@ func (s *shard) run() {
 	}
 }
 
-func (s *shard) process(batch []pendingChange, buf []*Subscription) ([]*Subscription, error) {
+// process dispatches a batch: the changes that carry their new state at
+// once, the others after one load. It returns the changes to retry when
+// that load failed.
+func (s *shard) process(batch []pendingChange, buf []*Subscription) ([]*Subscription, []pendingChange, error) {
 	h := s.hub
-	ids := make([]string, 0, len(batch))
-	resync := make(map[string]bool, len(batch))
+	var toLoad []pendingChange
 	for _, p := range batch {
-		if p.resync || h.interested(p.change) {
-			ids = append(ids, p.change.ID)
-			resync[p.change.ID] = p.resync
+		c := p.change
+		if !p.resync && !h.interested(c) {
+			continue
 		}
+		// A version already dispatched (typically this replica's own
+		// change coming back through LISTEN) needs no decoding or load.
+		if last, ok := s.seen.get(c.ID); ok && !p.resync && c.Version > 0 && c.Version <= last {
+			continue
+		}
+		if v := h.stateOf(c); v != nil && !p.resync {
+			buf = s.send(v, false, buf)
+			continue
+		}
+		toLoad = append(toLoad, p)
 	}
-	if len(ids) == 0 {
-		return buf, nil
+	if len(toLoad) == 0 {
+		return buf, nil, nil
+	}
+	ids := make([]string, len(toLoad))
+	resync := make(map[string]bool, len(toLoad))
+	for i, p := range toLoad {
+		ids[i] = p.change.ID
+		resync[p.change.ID] = p.resync
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	vs, err := h.loader.Load(ctx, ids)
 	if err != nil {
-		return buf, err
+		return buf, toLoad, err
 	}
 	for _, v := range vs {
-		r := resync[v.ID]
-		if last, ok := s.seen.get(v.ID); ok && (v.Version < last || (v.Version == last && !r)) {
-			continue
-		}
-		s.seen.put(v.ID, v.Version)
-		buf = h.dispatch(&Event{Voucher: v, Resync: r}, buf)
+		buf = s.send(v, resync[v.ID], buf)
 	}
-	return buf, nil
+	return buf, nil, nil
+}
+
+// send dispatches v unless a version at least as new was sent already
+// (the same one again only for a resync).
+func (s *shard) send(v *ent.Voucher, resync bool, buf []*Subscription) []*Subscription {
+	if last, ok := s.seen.get(v.ID); ok && (v.Version < last || (v.Version == last && !resync)) {
+		return buf
+	}
+	s.seen.put(v.ID, v.Version)
+	return s.hub.dispatch(&Event{Voucher: v, Resync: resync}, buf)
+}
+
+// stateOf is the new state a change carries, or nil when it must be
+// loaded. A row that does not decode is loaded instead: the notification
+// is only a shortcut, the database is the truth.
+func (h *Hub) stateOf(c VoucherChange) *ent.Voucher {
+	if c.Voucher != nil {
+		return c.Voucher
+	}
+	if len(c.Row) == 0 {
+		return nil
+	}
+	v, err := DecodeRow(c.Row)
+	if err != nil || v.ID != c.ID {
+		h.log.Warn("pubsub: undecodable voucher row in a change notification; loading it instead", "voucher", c.ID)
+		return nil
+	}
+	if h.prepare != nil {
+		h.prepare(v)
+	}
+	return v
+}
+
+// DecodeRow turns a row carried in a notification (row_to_json's column
+// names and values) into a voucher, as a scan of the same row would.
+func DecodeRow(row []byte) (*ent.Voucher, error) {
+	var v ent.Voucher
+	if err := json.Unmarshal(row, &v); err != nil {
+		return nil, err
+	}
+	v.CreatedAt, v.UpdatedAt, v.ExpiresAt = v.CreatedAt.UTC(), v.UpdatedAt.UTC(), v.ExpiresAt.UTC()
+	if string(v.PayeeInfo) == "null" {
+		v.PayeeInfo = nil
+	}
+	return &v, nil
 }
 
 // versionMemo is a bounded map from voucher id to the last version sent:

@@ -5,7 +5,9 @@ package session
 
 import (
 	"context"
+
 	"crypto/rand"
+	"entgo.io/contrib/entgql"
 	"fmt"
 	"math/big"
 	"strings"
@@ -16,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -154,6 +157,28 @@ func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, er
 		return nil, apperr.InternalError(err)
 	}
 	return s.Get(ctx, id)
+}
+
+// Connection pages through the caller's own sessions, newest first unless
+// orderBy says otherwise.
+func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
+	orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error) {
+	p, err := auth.RequireRegistered(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if first, err = paging.Args(first, last); err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.VoucherSessionOrder{Field: ent.VoucherSessionOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
+	}
+	conn, err := s.db.VoucherSession.Query().Where(vouchersession.OwnerID(p.ID)).
+		Paginate(ctx, after, first, before, last, ent.WithVoucherSessionOrder(orderBy))
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return conn, nil
 }
 
 // NormalizeCode upper-cases a context code; ok is false when it is not 6

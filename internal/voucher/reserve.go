@@ -125,12 +125,31 @@ func (s *Service) notifyInTx(ctx context.Context, tx *ent.Tx, v *ent.Voucher) er
 	if !s.db.IsPostgres() {
 		return nil
 	}
-	payload, err := json.Marshal(pubsub.ChangeOf(v))
+	payload, err := changePayload(v)
 	if err != nil {
 		return err
 	}
 	_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", pubsub.Channel, string(payload))
 	return err
+}
+
+// changePayload is v's change notification, carrying its row (the JSON
+// names of ent.Voucher are the column names row_to_json uses) when it fits.
+func changePayload(v *ent.Voucher) ([]byte, error) {
+	c := pubsub.ChangeOf(v)
+	payload, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	row, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	if len(payload)+len(row)+16 >= pubsub.MaxRowPayload {
+		return payload, nil
+	}
+	c.Row = row
+	return json.Marshal(c)
 }
 
 // NewCode draws a 6-digit voucher code from crypto/rand.

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -85,15 +86,22 @@ func (st statement) build(dialect string) (string, []any) {
 }
 
 // wrapNotify adds RETURNING (and, on PostgreSQL, the notification) to a
-// data-changing statement on vouchers.
+// data-changing statement on vouchers. The notification carries the new row
+// (pubsub.VoucherChange.Row) when the whole payload stays under
+// pubsub.MaxRowPayload, so no replica has to read the voucher back; a
+// larger row (a CUSTOM voucher with big extras) goes out with its keys only,
+// since NOTIFY refuses 8000 bytes, and replicas load it.
 func wrapNotify(dialect, stmt string) string {
 	if dialect != storage.Postgres {
 		return rebind(dialect, stmt+" RETURNING "+columnList)
 	}
 	q := "WITH u AS (" + stmt + " RETURNING " + columnList + ") SELECT u." +
-		strings.Join(columns, ", u.") + ", pg_notify('" + pubsub.Channel + "', json_build_object(" +
+		strings.Join(columns, ", u.") + ", pg_notify('" + pubsub.Channel + "', " +
+		"CASE WHEN octet_length(n.k) + octet_length(n.r) < " + strconv.Itoa(pubsub.MaxRowPayload-16) +
+		" THEN left(n.k, -1) || ', \"voucher\": ' || n.r || '}' ELSE n.k END) " +
+		"FROM u, LATERAL (SELECT json_build_object(" +
 		"'id', u.id, 'version', u.version, 'sessionId', u.session_id, 'businessId', u.business_id, " +
-		"'payerId', u.payer_id, 'payeeId', u.payee_id)::text) FROM u"
+		"'payerId', u.payer_id, 'payeeId', u.payee_id)::text AS k, row_to_json(u)::text AS r) n"
 	return rebind(dialect, q)
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // Delivery is the view of a delivery both doors render. AttemptLog is
@@ -226,30 +227,15 @@ func (s *Service) RetryDelivery(ctx context.Context, businessID, id string) (*en
 }
 
 // DeliveriesConnection is the delivery log as a Relay connection, newest
-// first: at most MaxListLimit a page, DefaultListLimit when neither first
-// nor last is given.
+// first, paged by the graph's one rule (internal/paging).
 func (s *Service) DeliveriesConnection(ctx context.Context, businessID string, f DeliveryFilter,
 	after *ent.Cursor, first *int, before *ent.Cursor, last *int) (*ent.WebhookDeliveryConnection, error) {
 	q, err := s.DeliveriesQuery(ctx, businessID, f)
 	if err != nil {
 		return nil, err
 	}
-	var v apperr.Validator
-	if first != nil {
-		v.Check(*first >= 0 && *first <= MaxListLimit, "first", "must be 0 to 100")
-	}
-	if last != nil {
-		v.Check(*last >= 0 && *last <= MaxListLimit, "last", "must be 0 to 100")
-	}
-	if first != nil && last != nil {
-		v.Add("last", "cannot be combined with first")
-	}
-	if err := v.Err(); err != nil {
+	if first, err = paging.Args(first, last); err != nil {
 		return nil, err
-	}
-	if first == nil && last == nil {
-		n := DefaultListLimit
-		first = &n
 	}
 	conn, err := q.Paginate(ctx, after, first, before, last, ent.WithWebhookDeliveryOrder(&ent.WebhookDeliveryOrder{
 		Direction: entgql.OrderDirectionDesc, Field: ent.WebhookDeliveryOrderFieldCreatedAt,
