@@ -104,6 +104,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		ExecutableSchema: generated.NewExecutableSchema(generated.Config{Resolvers: r}),
 		present:          present,
 		recheck:          opts.Recheck,
+		recent:           &recentChecks{},
 	}
 	srv := handler.New(es)
 	// The websocket transport is graph/wstransport, not gqlgen's: an idle
