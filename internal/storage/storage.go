@@ -69,7 +69,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		}
 		q := u.Query()
 		// Without binary parameters lib/pq prepares every statement first:
-		// two round trips per query instead of one.
+		// two round trips per query instead of one. The price: lib/pq then
+		// sends []byte arguments in binary form, which a jsonb column
+		// refuses ("unsupported jsonb version number"). So JSON columns
+		// written through ent are text on PostgreSQL, and hand-written
+		// statements pass JSON as a string with an explicit ::jsonb cast.
 		if q.Get("binary_parameters") == "" {
 			q.Set("binary_parameters", "yes")
 		}
