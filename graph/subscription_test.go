@@ -64,7 +64,7 @@ func TestVoucherUpdatedLifecycle(t *testing.T) {
 					bySession := dialWS(t, h.ws, proto)
 					bySession.init(payer.token)
 					bySession.subscribe("s", voucherSub, map[string]any{"s": ses.ID})
-					waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions >= 1 })
+					waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions >= 1 })
 
 					v := h.reserve(payee, ses.Code, nil)
 					want(t, bySession.voucher("s"), v.ID, "RESERVED", 1)
@@ -104,7 +104,7 @@ func TestVoucherUpdatedLifecycle(t *testing.T) {
 						t.Fatalf("after stop: %s %s", m.Type, m.ID)
 					}
 					bySession.stop("s")
-					waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
+					waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
 				})
 			}
 		})
@@ -137,7 +137,7 @@ func TestVoucherUpdatedByBusiness(t *testing.T) {
 			dash := dialWS(t, h.ws, transportWS)
 			dash.init(watcher.token)
 			dash.subscribe("b", voucherSub, map[string]any{"b": biz.ID})
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 1 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 1 })
 
 			payer := h.device()
 			ses, payee := h.session(payer)
@@ -165,7 +165,7 @@ func TestVoucherUpdatedByBusiness(t *testing.T) {
 			if code := byID.failure("v", 3*time.Second); code != "not_found" {
 				t.Fatalf("deactivated member's voucher watch: %q, want not_found", code)
 			}
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
 		})
 	}
 }
@@ -253,7 +253,7 @@ func TestChangeIsRenderedOncePerSelection(t *testing.T) {
 	odd := dialWS(t, h.ws, transportWS)
 	odd.init(payer.token)
 	odd.subscribe("s", other, map[string]any{"s": ses.ID})
-	waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 11 })
+	waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 11 })
 
 	v := h.reserve(payee, ses.Code, nil)
 	var first []byte

@@ -112,7 +112,7 @@ func TestWebsocketTokenExpiryEndsSubscriptions(t *testing.T) {
 			c := dialWS(t, h.ws, proto)
 			c.init(payer.token)
 			c.subscribe("1", sessionSub, map[string]any{"s": ses.ID})
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 1 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 1 })
 			code, text := c.closed(4 * time.Second)
 			if code != graph.CloseForbidden || !strings.Contains(text, "expired") {
 				t.Fatalf("close %d %q, want 4403 token expired", code, text)
@@ -120,7 +120,7 @@ func TestWebsocketTokenExpiryEndsSubscriptions(t *testing.T) {
 			if !payer.p.ExpiresAt.Add(-time.Second).Before(time.Now()) {
 				t.Fatalf("closed before the token expired (%v)", payer.p.ExpiresAt)
 			}
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
 		})
 	}
 }
@@ -136,20 +136,20 @@ func TestWebsocketSubscriptionCap(t *testing.T) {
 			for i := 1; i <= 3; i++ {
 				c.subscribe(fmt.Sprint(i), sessionSub, map[string]any{"s": ses.ID})
 			}
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 3 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 3 })
 			c.subscribe("4", sessionSub, map[string]any{"s": ses.ID})
-			if code := c.failure("4", 2*time.Second); code != "limit_exceeded" {
+			if code := c.failure("4", 10*time.Second); code != "limit_exceeded" {
 				t.Fatalf("4th subscription: %q, want limit_exceeded", code)
 			}
 			// Stopping one frees its place.
 			c.stop("1")
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 2 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 2 })
 			c.subscribe("5", sessionSub, map[string]any{"s": ses.ID})
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 3 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 3 })
 			c.stop("2")
 			c.stop("3")
 			c.stop("5")
-			waitFor(t, 2*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
 		})
 	}
 }

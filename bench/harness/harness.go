@@ -109,8 +109,8 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 
 	pgRun := &pgScenarios{h: h}
 	pgRun.all(ctx)
-	if h.want("lifecycle") {
-		h.sqliteLifecycle(ctx)
+	if h.want("lifecycle") || h.want("subscriptions") {
+		h.sqlite(ctx)
 	}
 
 	h.run.Elapsed = time.Since(start)

@@ -98,25 +98,39 @@ func (h *Harness) lifecycle(ctx context.Context, id, name string, api *API, svc 
 	}
 }
 
-// sqliteLifecycle runs the lifecycle against a second service on the
-// embedded database (the PostgreSQL one is stopped by then).
-func (h *Harness) sqliteLifecycle(ctx context.Context) {
+// sqlite runs the lifecycle and the commit-to-subscriber phase against a
+// second service on the embedded database (the PostgreSQL one is stopped
+// by then).
+func (h *Harness) sqlite(ctx context.Context) {
 	const id, name = "lifecycle-sqlite", "lifecycle on SQLite"
+	fail := func(reason string) {
+		if h.want("lifecycle") {
+			h.notRun(id, "lifecycle", name, reason)
+		}
+		if h.want("subscriptions") {
+			h.notRun("subs-c2c-sqlite", "subscriptions", "commit→subscriber SQLite", reason)
+		}
+	}
 	dir, err := os.MkdirTemp("", "voucherbench-sqlite")
 	if err != nil {
-		h.notRun(id, "lifecycle", name, err.Error())
+		fail(err.Error())
 		return
 	}
 	defer os.RemoveAll(dir)
 	svc, pp, err := h.startService("sqlite://" + filepath.Join(dir, "voucherd.db"))
 	if err != nil {
-		h.notRun(id, "lifecycle", name, "failed: "+err.Error())
+		fail("failed: " + err.Error())
 		return
 	}
 	defer svc.Stop()
-	api := NewAPI(svc.URL, 64)
+	api := NewAPI(svc.URL, 256)
 	defer api.CloseIdle()
 	s := &pgScenarios{h: h, api: api}
 	f := s.probe(ctx)
-	h.lifecycle(ctx, id, name, api, svc, pp, f)
+	if h.want("lifecycle") {
+		h.lifecycle(ctx, id, name, api, svc, pp, f)
+	}
+	if h.want("subscriptions") {
+		h.sqliteCommitToClient(ctx, api, svc, pp, f)
+	}
 }

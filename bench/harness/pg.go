@@ -15,7 +15,9 @@ import (
 
 	"github.com/voucherd/voucherd/bench/floor"
 	"github.com/voucherd/voucherd/bench/pgref"
+	"github.com/voucherd/voucherd/bench/proc"
 	"github.com/voucherd/voucherd/bench/report"
+	"github.com/voucherd/voucherd/bench/stats"
 )
 
 // pgScenarios is everything that runs against the service on PostgreSQL.
@@ -306,17 +308,22 @@ func (s *pgScenarios) transitions(ctx context.Context) {
 			if err != nil {
 				return err
 			}
+			busy := proc.MachineBusy()
 			res, err := pgref.Run(ctx, pgref.Options{Bin: bin, Port: h.pg.Port(), DB: "voucherd", Clients: c,
 				Duration: h.cfg.Duration, Script: scriptPath, LogDir: filepath.Join(h.cfg.OutDir, "pgbench"), Run: run})
 			if err != nil {
 				return err
+			}
+			machineBusy := busy()
+			if res.Latency.Count != res.Processed {
+				return fmt.Errorf("pgbench's per-transaction logs hold %d transactions, its summary %d", res.Latency.Count, res.Processed)
 			}
 			changed, err := pgref.Changed(ctx, h.adm, run, "RESERVED")
 			if err != nil {
 				return err
 			}
 			r := &report.Result{ID: id, Group: "references", Name: name, Unit: "tx", Latency: &res.Latency,
-				Figures: []report.Figure{{Name: "rows transitioned (must equal transactions)", Value: float64(changed), Unit: "rows"}},
+				Figures: []report.Figure{{Name: "rows transitioned (must equal transactions)", Value: float64(changed), Unit: "rows"}, busyFigure(machineBusy)},
 				Notes:   []string{fmt.Sprintf("pgbench -n -M extended -c %d -j %d -T %d -f redeem.pgbench.sql (script below, per-client vouchers cloned from a reserved one)", c, c, int(h.cfg.Duration.Seconds())), s.script}}
 			// A transaction in flight when -T runs out may commit uncounted.
 			if changed < res.Processed || changed > res.Processed+int64(c) {
@@ -343,19 +350,24 @@ func (s *pgScenarios) transitions(ctx context.Context) {
 				return err
 			}
 			var next atomic.Int64
-			prof := s.profile(id)
-			smp := sampler(s.svc, true)
-			sum := ClosedLoop(ctx, c, h.cfg.Warmup, h.cfg.Duration, func(ctx context.Context, _ int) error {
+			redeem := func(ctx context.Context, _ int) error {
 				n := int(next.Add(1))
 				if n > total {
 					return errors.New("seeded vouchers exhausted: raise -pgbench-max-tps")
 				}
 				_, err := s.api.Redeem(ctx, s.payee, pgref.SeedID(run, 0, n))
 				return err
-			})
+			}
+			prof := s.profile(id)
+			warm(ctx, c, h.cfg.Warmup, redeem)
+			smp := sampler(s.svc, true)
+			busy := proc.MachineBusy()
+			sum := ClosedLoop(ctx, c, 0, h.cfg.Duration, redeem)
+			machineBusy := busy()
 			usage := stopSampler(smp, s.svc, true)
 			prof()
-			h.add(&report.Result{ID: id, Group: "transitions", Name: name, Unit: "req", Latency: &sum, Usage: usage})
+			h.add(&report.Result{ID: id, Group: "transitions", Name: name, Unit: "req", Latency: &sum, Usage: usage,
+				Figures: append(cpuPer(usage, sum.Count, "redeem"), busyFigure(machineBusy))})
 			return nil
 		})
 		if err != nil {
@@ -369,12 +381,6 @@ func (s *pgScenarios) transitions(ctx context.Context) {
 func (s *pgScenarios) reads(ctx context.Context) {
 	h := s.h
 	lc := h.cfg.ReadClients
-	type target struct {
-		id, name string
-		op       Op
-		proc     *Process
-		metrics  bool
-	}
 	names := []struct{ id, name string }{
 		{"ref-read-floor-unloaded", "floor: net/http + same PK read, 1 client"},
 		{"read-rest-unloaded", "GET voucher REST, 1 client"},
@@ -438,7 +444,7 @@ func (s *pgScenarios) reads(ctx context.Context) {
 		}
 		return check(b, err)
 	}
-	targets := []target{
+	targets := []readTarget{
 		{names[0].id, names[0].name, floorOp, fl, false},
 		{names[1].id, names[1].name, restOp, s.svc, true},
 		{names[2].id, names[2].name, gqlOp, s.svc, true},
@@ -446,8 +452,9 @@ func (s *pgScenarios) reads(ctx context.Context) {
 	for i, phase := range []struct {
 		workers int
 		d       time.Duration
-	}{{1, h.cfg.Unloaded}, {lc, h.cfg.Duration}} {
-		for j, t := range targets {
+		tag     string
+	}{{1, h.cfg.Unloaded, "unloaded"}, {lc, h.cfg.Duration, fmt.Sprintf("c%d", lc)}} {
+		s.readPhase(ctx, phase.workers, phase.d, phase.tag, targets, func(j int) (string, string, string, string) {
 			id, name := names[i*3+j].id, names[i*3+j].name
 			group := "read"
 			if j == 0 {
@@ -457,34 +464,140 @@ func (s *pgScenarios) reads(ctx context.Context) {
 			if j == 2 && r == "" {
 				r = gqlReason
 			}
-			if r != "" {
-				h.notRun(id, group, name, r)
-				continue
+			return id, name, group, r
+		})
+	}
+}
+
+// readSlices is how many slices each read phase is cut into. The floor,
+// REST and GraphQL take turns slice by slice (floor, REST, GraphQL, floor,
+// ...), so a change in how fast the machine is (another tenant, a
+// checkpoint) falls on all three alike instead of on whichever ran then,
+// and the ratios between them hold from run to run.
+const readSlices = 10
+
+// readPhase measures the targets at workers clients for d each, in
+// interleaved slices. Each target's CPU time and the machine's busy share
+// are summed over its own slices only.
+func (s *pgScenarios) readPhase(ctx context.Context, workers int, d time.Duration, tag string, targets []readTarget, label func(j int) (id, name, group, reason string)) {
+	h := s.h
+	type acc struct {
+		id, name, group string
+		rec             *stats.Recorder
+		elapsed, cpu    time.Duration
+		busy, ticks     uint64
+		ok              bool
+	}
+	accs := make([]*acc, len(targets))
+	for j, t := range targets {
+		id, name, group, reason := label(j)
+		a := &acc{id: id, name: name, group: group, rec: stats.NewRecorder(0)}
+		accs[j] = a
+		if reason != "" {
+			h.notRun(id, group, name, reason)
+			continue
+		}
+		if err := guard(func() error {
+			if err := t.op(ctx, 0); err != nil {
+				return err
 			}
-			err := guard(func() error {
-				if err := t.op(ctx, 0); err != nil {
-					return err
-				}
-				prof := func() {}
-				if t.metrics {
-					prof = s.profile(id)
-				}
-				smp := sampler(t.proc, t.metrics)
-				sum := ClosedLoop(ctx, phase.workers, h.cfg.Warmup, phase.d, t.op)
-				usage := stopSampler(smp, t.proc, t.metrics)
-				prof()
-				res := &report.Result{ID: id, Group: group, Name: name, Unit: "req", Latency: &sum, Usage: usage}
-				if j == 0 {
-					res.Notes = []string{"captured SQL: " + s.read.SQL}
-				}
-				h.add(res)
-				return nil
-			})
-			if err != nil {
-				h.notRun(id, group, name, "failed: "+err.Error())
-			}
+			warm(ctx, workers, h.cfg.Warmup, t.op)
+			return nil
+		}); err != nil {
+			h.notRun(id, group, name, "failed: "+err.Error())
+			continue
+		}
+		a.ok = true
+	}
+	// One CPU profile of the service for the whole phase (REST and GraphQL
+	// slices alike) when -profile is on.
+	prof := s.profile("read-" + tag)
+	type sampled struct {
+		smp     *proc.Sampler
+		metrics bool
+	}
+	samplers := map[*Process]sampled{}
+	for j, t := range targets {
+		if _, ok := samplers[t.proc]; !ok && accs[j].ok {
+			samplers[t.proc] = sampled{sampler(t.proc, t.metrics), t.metrics}
 		}
 	}
+	slice := d / readSlices
+	for n := 0; n < readSlices && ctx.Err() == nil; n++ {
+		for j, t := range targets {
+			a := accs[j]
+			if !a.ok {
+				continue
+			}
+			c0, _ := proc.CPU(t.proc.Pid())
+			b0, t0, _ := proc.MachineCPU()
+			a.elapsed += runLoop(ctx, workers, slice, t.op, a.rec)
+			c1, _ := proc.CPU(t.proc.Pid())
+			b1, t1, _ := proc.MachineCPU()
+			a.cpu += c1 - c0
+			a.busy += b1 - b0
+			a.ticks += t1 - t0
+		}
+	}
+	usage := map[*Process]*proc.Usage{}
+	for p, x := range samplers {
+		usage[p] = stopSampler(x.smp, p, x.metrics)
+	}
+	prof()
+	for j, t := range targets {
+		a := accs[j]
+		if !a.ok {
+			continue
+		}
+		sum := a.rec.Summary(a.elapsed)
+		var u *proc.Usage
+		if pu := usage[t.proc]; pu != nil {
+			cp := *pu // peaks are the process's over the phase; CPU is this target's own
+			cp.CPU = a.cpu
+			u = &cp
+		}
+		share := -1.0
+		if a.ticks > 0 {
+			share = float64(a.busy) / float64(a.ticks)
+		}
+		res := &report.Result{ID: a.id, Group: a.group, Name: a.name, Unit: "req", Latency: &sum, Usage: u,
+			Figures: append(cpuPer(u, sum.Count, "request"), busyFigure(share))}
+		res.Notes = append(res.Notes, fmt.Sprintf("%d slices of %s, taking turns with the other read targets", readSlices, slice))
+		if j == 0 {
+			res.Notes = append(res.Notes, "captured SQL: "+s.read.SQL)
+		}
+		h.add(res)
+	}
+}
+
+// readTarget is one server the read phases measure.
+type readTarget struct {
+	id, name string
+	op       Op
+	proc     *Process
+	metrics  bool
+}
+
+// warm runs op unrecorded, so caches, pools and connections are warm.
+func warm(ctx context.Context, workers int, d time.Duration, op Op) {
+	if d > 0 {
+		runLoop(ctx, workers, d, op, nil)
+	}
+}
+
+// cpuPer is the measured process's CPU time per operation: unlike a rate,
+// it hardly depends on what else the machine was doing.
+func cpuPer(u *proc.Usage, n int64, what string) []report.Figure {
+	if u == nil || n == 0 {
+		return nil
+	}
+	return []report.Figure{{Name: "process CPU per " + what, Value: float64(u.CPU) / float64(n) / float64(time.Microsecond), Unit: "µs"}}
+}
+
+// busyFigure is how busy the machine's CPUs were during a phase: near 100%
+// the figures measure the machine as much as the process.
+func busyFigure(share float64) report.Figure {
+	return report.Figure{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * share, Unit: "%"}
 }
 
 // voucherQuery selects what GET voucher returns for a redeemed SIMPLE
@@ -526,4 +639,3 @@ func (h *Harness) profile(pprofAddr, id string) func() {
 		get("/debug/pprof/allocs", id+".allocs.pprof")
 	}
 }
-

@@ -32,11 +32,11 @@ type subSet struct {
 	connect *stats.Recorder
 }
 
-// openSubs opens n connections to url with parallel dialers. For GraphQL
+// openSubs opens n connections, connection i to url(i), with parallel dialers. For GraphQL
 // (token != nil) each sends connection_init and the subscriptions ops(i)
 // returns; for the bare floor (token == nil) it only connects. h receives
 // every data message with the connection's index.
-func openSubs(ctx context.Context, url string, token *string, n, parallel int, ops func(i int) []op, h func(i int, m wsclient.Message, at time.Time)) (*subSet, error) {
+func openSubs(ctx context.Context, url func(i int) string, token *string, n, parallel int, ops func(i int) []op, h func(i int, m wsclient.Message, at time.Time)) (*subSet, error) {
 	s := &subSet{conns: make([]*wsclient.Conn, n), connect: stats.NewRecorder(n)}
 	var next atomic.Int64
 	var firstErr error
@@ -52,7 +52,7 @@ func openSubs(ctx context.Context, url string, token *string, n, parallel int, o
 					return
 				}
 				t := time.Now()
-				c, err := s.dial(ctx, url, token, i, ops)
+				c, err := s.dial(ctx, url(i), token, i, ops)
 				if err != nil {
 					emu.Lock()
 					if firstErr == nil {
@@ -158,6 +158,9 @@ func parseUpdate(m wsclient.Message) (update, error) {
 
 func (s *pgScenarios) wsURL() string { return "ws://" + s.svc.Addr + "/graphql" }
 
+// wsURLs puts every connection on the service (see openSubs).
+func (s *pgScenarios) wsURLs(int) string { return s.wsURL() }
+
 // redeemAll redeems ids as the payee with 16 clients (setup, not measured).
 func (s *pgScenarios) redeemAll(ctx context.Context, token string, ids []string) error {
 	var firstErr atomic.Value
@@ -174,18 +177,37 @@ func (s *pgScenarios) redeemAll(ctx context.Context, token string, ids []string)
 	return nil
 }
 
-// commitToClient: one subscriber per voucher (the payer watching it by id)
-// while negotiations run at a fixed rate, each voucher changing once per
-// second. Latency is from the writer's response (the service answers only
-// after commit, so this is at most the commit-to-client time) to the
-// subscriber reading the update; the write-to-client time (from sending
-// the request) is reported beside it as the upper bound.
+// c2cTarget is where the commit-to-subscriber phase runs: a service, the
+// payer whose REDEEMED vouchers it negotiates, and optionally a second
+// replica on the same database that gets half the subscribers.
+type c2cTarget struct {
+	id, name string
+	svc      *Process
+	api      *API
+	pprof    string
+	payer    string
+	ids      []string
+	// replica, when set, carries the subscribers of odd vouchers, reported
+	// as rid.
+	replica    *Process
+	rid, rname string
+}
+
+// commitToClient (PostgreSQL): one subscriber per voucher (the payer
+// watching it by id) while negotiations run at a fixed rate on the service,
+// each voucher changing once per second. Half the subscribers are on the
+// service (the replica that commits), half on a second replica on the same
+// database, so both paths are measured in the same phase: the committing
+// replica hands its own change to its subscribers in process, the other one
+// learns of it through LISTEN/NOTIFY.
 func (s *pgScenarios) commitToClient(ctx context.Context) {
 	h := s.h
-	const id = "subs-c2c"
-	name := fmt.Sprintf("commit→subscriber, 1 sub/voucher, %.0f transitions/s", h.cfg.C2CRate)
+	const id, rid = "subs-c2c", "subs-c2c-replica"
+	name := fmt.Sprintf("commit→subscriber PG, same replica, %.0f transitions/s", h.cfg.C2CRate)
+	rname := fmt.Sprintf("commit→subscriber PG, other replica, %.0f transitions/s", h.cfg.C2CRate)
 	if r := s.setupReason("reserve-voucher", "redeem-voucher", "negotiate-voucher", "voucherUpdated(id:)"); r != "" {
 		h.notRun(id, "subscriptions", name, r)
+		h.notRun(rid, "subscriptions", rname, r)
 		return
 	}
 	err := guard(func() error {
@@ -195,117 +217,223 @@ func (s *pgScenarios) commitToClient(ctx context.Context) {
 			return err
 		}
 		ids := make([]string, k)
-		index := map[string]int{}
 		for i := range ids {
 			ids[i] = pgref.SeedID(run, 0, i+1)
-			index[ids[i]] = i
 		}
 		if err := s.redeemAll(ctx, s.payee, ids); err != nil {
 			return fmt.Errorf("setup redeem: %w", err)
 		}
-		// Each voucher's k-th negotiation after the initial state makes
-		// version initial+k; updates are matched to transitions by version,
-		// so a repeated or coalesced message cannot pair with the wrong one.
-		var mu sync.Mutex
-		initialVer := make([]int, k)
-		recvs := make([]map[int]time.Time, k)
-		var bad atomic.Int64
-		var badMsg atomic.Value
-		initial := atomic.Int64{}
-		subs, err := openSubs(ctx, s.wsURL(), &s.payer.Token, k, 32,
-			func(i int) []op {
-				return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
-			},
-			func(i int, m wsclient.Message, at time.Time) {
-				u, err := parseUpdate(m)
-				if err != nil || u.Data.VoucherUpdated.ID != ids[i] {
-					bad.Add(1)
-					badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
-					return
-				}
-				ver := u.Data.VoucherUpdated.Version
-				mu.Lock()
-				defer mu.Unlock()
-				if recvs[i] == nil {
-					recvs[i] = map[int]time.Time{}
-					initialVer[i] = ver
-					initial.Add(1)
-					return
-				}
-				if _, seen := recvs[i][ver]; !seen {
-					recvs[i][ver] = at
-				}
-			})
+		replica, _, err := h.startService(h.dsn)
+		if err != nil {
+			return fmt.Errorf("second replica: %w", err)
+		}
+		defer replica.Stop()
+		return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: s.svc, api: s.api, pprof: s.pprof,
+			payer: s.payer.Token, ids: ids, replica: replica, rid: rid, rname: rname})
+	})
+	if err != nil {
+		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
+		h.notRun(rid, "subscriptions", rname, "failed: "+err.Error())
+	}
+}
+
+// sqliteCommitToClient is the same phase on the embedded database (one
+// process, so one replica), with vouchers reserved and redeemed through
+// the API.
+func (h *Harness) sqliteCommitToClient(ctx context.Context, api *API, svc *Process, pprof string, f features) {
+	const id = "subs-c2c-sqlite"
+	name := fmt.Sprintf("commit→subscriber SQLite, %.0f transitions/s", h.cfg.C2CRate)
+	if r := f.missing("reserve-voucher", "redeem-voucher", "negotiate-voucher", "voucherUpdated(id:)"); r != "" {
+		h.notRun(id, "subscriptions", name, r)
+		return
+	}
+	err := guard(func() error {
+		payer, err := api.Device(ctx)
 		if err != nil {
 			return err
 		}
-		defer subs.close()
-		if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
-			return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
+		sess, err := api.CreateSession(ctx, payer.Token)
+		if err != nil {
+			return err
 		}
-		type sent struct{ t0, t1 time.Time }
-		sends := make([][]sent, k)
-		prof := s.profile(id)
-		smp := sampler(s.svc, true)
-		neg := stats.NewRecorder(0)
-		n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
-			v := i % k
-			t0 := time.Now()
-			if err := s.api.Negotiate(ctx, s.payer.Token, ids[v]); err != nil {
-				return err
+		payee, err := api.Resource(ctx, sess.Code)
+		if err != nil {
+			return err
+		}
+		ids := make([]string, int(h.cfg.C2CRate))
+		var firstErr atomic.Value
+		parallel(ctx, 16, len(ids), func(ctx context.Context, i int) error {
+			v, err := api.Reserve(ctx, payee, sess.Code, "")
+			if err == nil {
+				ids[i] = v.ID
+				_, err = api.Redeem(ctx, payee, v.ID)
 			}
-			t1 := time.Now()
-			neg.Add(t1.Sub(t0))
-			mu.Lock()
-			sends[v] = append(sends[v], sent{t0, t1})
-			mu.Unlock()
-			return nil
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+			return err
 		})
-		time.Sleep(2 * time.Second) // let the last updates arrive
-		usage := stopSampler(smp, s.svc, true)
-		prof()
+		if err, ok := firstErr.Load().(error); ok {
+			return fmt.Errorf("setup: %w", err)
+		}
+		return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: svc, api: api, pprof: pprof, payer: payer.Token, ids: ids})
+	})
+	if err != nil {
+		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
+	}
+}
+
+// commitToClient runs the phase on t. Each voucher's subscriber first gets
+// its current state, then one update per negotiation. Latency is from the
+// writer's response (the service answers only after commit, so this is at
+// most the commit-to-client time) to the subscriber reading the update; the
+// write-to-client time (from sending the request) is reported beside it as
+// the upper bound.
+func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
+	k := len(t.ids)
+	ids := t.ids
+	remote := func(i int) bool { return t.replica != nil && i%2 == 1 }
+	url := func(i int) string {
+		if remote(i) {
+			return "ws://" + t.replica.Addr + "/graphql"
+		}
+		return "ws://" + t.svc.Addr + "/graphql"
+	}
+	// Each voucher's k-th negotiation after the initial state makes
+	// version initial+k; updates are matched to transitions by version,
+	// so a repeated or coalesced message cannot pair with the wrong one.
+	var mu sync.Mutex
+	initialVer := make([]int, k)
+	recvs := make([]map[int]time.Time, k)
+	var bad atomic.Int64
+	var badMsg atomic.Value
+	initial := atomic.Int64{}
+	subs, err := openSubs(ctx, url, &t.payer, k, 32,
+		func(i int) []op {
+			return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
+		},
+		func(i int, m wsclient.Message, at time.Time) {
+			u, err := parseUpdate(m)
+			if err != nil || u.Data.VoucherUpdated.ID != ids[i] {
+				bad.Add(1)
+				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+				return
+			}
+			ver := u.Data.VoucherUpdated.Version
+			mu.Lock()
+			defer mu.Unlock()
+			if recvs[i] == nil {
+				recvs[i] = map[int]time.Time{}
+				initialVer[i] = ver
+				initial.Add(1)
+				return
+			}
+			if _, seen := recvs[i][ver]; !seen {
+				recvs[i][ver] = at
+			}
+		})
+	if err != nil {
+		return err
+	}
+	defer subs.close()
+	if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
+		return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
+	}
+	type sent struct{ t0, t1 time.Time }
+	sends := make([][]sent, k)
+	prof := h.profile(t.pprof, t.id)
+	smp := sampler(t.svc, true)
+	var rsmp *proc.Sampler
+	if t.replica != nil {
+		rsmp = sampler(t.replica, true)
+	}
+	neg := stats.NewRecorder(0)
+	busy := proc.MachineBusy()
+	n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
+		v := i % k
+		t0 := time.Now()
+		if err := t.api.Negotiate(ctx, t.payer, ids[v]); err != nil {
+			return err
+		}
+		t1 := time.Now()
+		neg.Add(t1.Sub(t0))
 		mu.Lock()
-		defer mu.Unlock()
-		var c2c, w2c []time.Duration
-		missing := int64(0)
-		for v := range sends {
-			for j, snd := range sends[v] {
-				at, ok := recvs[v][initialVer[v]+j+1]
-				if !ok {
-					missing++
-					continue
-				}
-				c2c = append(c2c, max(at.Sub(snd.t1), 0))
-				w2c = append(w2c, at.Sub(snd.t0))
+		sends[v] = append(sends[v], sent{t0, t1})
+		mu.Unlock()
+		return nil
+	})
+	machineBusy := busy()
+	time.Sleep(2 * time.Second) // let the last updates arrive
+	usage := stopSampler(smp, t.svc, true)
+	var rusage *proc.Usage
+	if t.replica != nil {
+		rusage = stopSampler(rsmp, t.replica, true)
+	}
+	prof()
+	mu.Lock()
+	defer mu.Unlock()
+	var c2c, w2c [2][]time.Duration
+	var missing [2]int64
+	for v := range sends {
+		side := 0
+		if remote(v) {
+			side = 1
+		}
+		for j, snd := range sends[v] {
+			at, ok := recvs[v][initialVer[v]+j+1]
+			if !ok {
+				missing[side]++
+				continue
+			}
+			c2c[side] = append(c2c[side], max(at.Sub(snd.t1), 0))
+			w2c[side] = append(w2c[side], at.Sub(snd.t0))
+		}
+	}
+	ns := neg.Summary(elapsed)
+	es := errs.Summary(elapsed)
+	achieved := float64(int64(n)-es.Errors) / elapsed.Seconds()
+	sides := []struct {
+		id, name string
+		usage    *proc.Usage
+		subs     int
+	}{{t.id, t.name, usage, k}}
+	if t.replica != nil {
+		sides[0].subs = (k + 1) / 2
+		sides = append(sides, struct {
+			id, name string
+			usage    *proc.Usage
+			subs     int
+		}{t.rid, t.rname, rusage, k / 2})
+	}
+	for side, x := range sides {
+		sum := stats.Summarize(c2c[side], missing[side], elapsed, nil)
+		if side == 0 {
+			// Request errors and broken sockets are not attributed to a
+			// side; they count once, here.
+			sum.Errors += es.Errors + bad.Load() + subs.broken.Load()
+			sum.ErrorMsg = es.ErrorMsg
+			if v, _ := badMsg.Load().(string); v != "" {
+				sum.ErrorMsg = append(sum.ErrorMsg, v)
 			}
 		}
-		ok := int64(len(c2c))
-		sum := stats.Summarize(c2c, missing+bad.Load()+subs.broken.Load(), elapsed, nil)
-		ws := stats.Summarize(w2c, 0, elapsed, nil)
-		ns := neg.Summary(elapsed)
-		es := errs.Summary(elapsed)
-		sum.ErrorMsg = es.ErrorMsg
-		if v, _ := badMsg.Load().(string); v != "" {
-			sum.ErrorMsg = append(sum.ErrorMsg, v)
-		}
-		h.add(&report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage,
+		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
+		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
 			Figures: []report.Figure{
-				{Name: "transitions sent", Value: float64(n), Unit: ""},
+				{Name: "subscribers", Value: float64(x.subs), Unit: ""},
+				{Name: "transitions sent (all subscribers)", Value: float64(n), Unit: ""},
 				{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
-				{Name: "achieved transition rate", Value: float64(int64(n)-es.Errors) / elapsed.Seconds(), Unit: "/s"},
-				{Name: "updates delivered", Value: float64(ok), Unit: ""},
-				{Name: "updates missing", Value: float64(missing), Unit: ""},
+				{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
+				{Name: "updates delivered", Value: float64(len(c2c[side])), Unit: ""},
+				{Name: "updates missing", Value: float64(missing[side]), Unit: ""},
 				{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
 				{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
 				{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
 				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
 				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
+				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
 			}})
-		return nil
-	})
-	if err != nil {
-		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
 	}
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -356,7 +484,7 @@ func (s *pgScenarios) fanout(ctx context.Context) {
 		byVersion := map[int][]time.Time{}
 		var bad atomic.Int64
 		var badMsg atomic.Value
-		subs, err := openSubs(ctx, s.wsURL(), &s.user.Token, n, 32,
+		subs, err := openSubs(ctx, s.wsURLs, &s.user.Token, n, 32,
 			func(int) []op {
 				return []op{{id: "1", query: `subscription($b: ID!) { voucherUpdated(businessId: $b) ` + voucherSelection + ` }`, vars: map[string]any{"b": biz}}}
 			},
@@ -479,7 +607,7 @@ func (s *pgScenarios) floorFanout(ctx context.Context, id, name string, frame []
 	var mu sync.Mutex
 	seen := make([]int, n)
 	byEvent := map[int][]time.Time{}
-	subs, err := openSubs(ctx, "ws://"+addr+"/ws", nil, n, 32, nil, func(i int, m wsclient.Message, at time.Time) {
+	subs, err := openSubs(ctx, func(int) string { return "ws://" + addr + "/ws" }, nil, n, 32, nil, func(i int, m wsclient.Message, at time.Time) {
 		mu.Lock()
 		seen[i]++
 		byEvent[seen[i]] = append(byEvent[seen[i]], at)
@@ -561,6 +689,13 @@ func (s *pgScenarios) idle(ctx context.Context) {
 		return
 	}
 	err := guard(func() error {
+		// A fresh process: what the earlier scenarios grew (heap, pools,
+		// goroutine descriptors) would otherwise count towards the
+		// subscriptions, or, handed back to the OS meanwhile, against them.
+		s.stop()
+		if err := s.start(ctx); err != nil {
+			return fmt.Errorf("restart the service: %w", err)
+		}
 		s.api.CloseIdle()
 		// Each connection is a file descriptor in both processes; the hard
 		// limit (which a process without CAP_SYS_RESOURCE cannot raise)
@@ -588,7 +723,7 @@ func (s *pgScenarios) idle(ctx context.Context) {
 		}
 		var msgs atomic.Int64
 		t0 := time.Now()
-		subs, err := openSubs(ctx, s.wsURL(), &s.payer.Token, conns, 64,
+		subs, err := openSubs(ctx, s.wsURLs, &s.payer.Token, conns, 64,
 			func(i int) []op {
 				ops := []op{{id: "1", query: query, vars: vars}}
 				if i < extra {
@@ -607,12 +742,15 @@ func (s *pgScenarios) idle(ctx context.Context) {
 			subs.close()
 			return err
 		}
-		// The live heap with every subscription open (after a collection,
-		// so garbage does not count), and its profile for the report.
+		// What the open subscriptions hold while idle: measured like the
+		// baseline, after a collection (so the garbage of setting them up
+		// does not count) and a few seconds for the runtime to return what
+		// it freed; with the live heap's profile for the report.
 		live := peak
 		if gc && s.h.collect(s.pprof, "subs-idle.heap.pprof") {
-			if m, err := proc.ScrapeMetrics(ctx, http.DefaultClient, metrics); err == nil {
-				live.HeapInuse = m.HeapInuse
+			time.Sleep(3 * time.Second)
+			if m, err := proc.Take(ctx, s.svc.Pid(), http.DefaultClient, metrics); err == nil {
+				live = m
 			}
 		}
 		alive := int64(conns) - subs.ended.Load()
@@ -641,12 +779,13 @@ func (s *pgScenarios) idle(ctx context.Context) {
 				{Name: "subscriptions", Value: float64(subsWanted), Unit: ""},
 				{Name: "connections", Value: float64(conns), Unit: ""},
 				{Name: "connections alive at the peak", Value: float64(alive), Unit: ""},
-				{Name: "memory per subscription (RSS)", Value: per(peak.RSS, base.RSS) / 1024, Unit: "KiB"},
+				{Name: "memory per subscription (RSS)", Value: per(live.RSS, base.RSS) / 1024, Unit: "KiB"},
+				{Name: "RSS per subscription right after connecting (with setup garbage)", Value: per(peak.RSS, base.RSS) / 1024, Unit: "KiB"},
 				{Name: "live Go heap per subscription (after GC)", Value: per(live.HeapInuse, base.HeapInuse) / 1024, Unit: "KiB"},
 				{Name: "goroutines per subscription", Value: per(peak.Goroutines, base.Goroutines), Unit: ""},
 				{Name: "goroutines before / peak / after", Value: float64(base.Goroutines), Unit: fmt.Sprintf("/ %d / %d", peak.Goroutines, after.Goroutines)},
 				{Name: "live heap before / with subs / after (MiB, after GC)", Value: float64(base.HeapInuse) / (1 << 20), Unit: fmt.Sprintf("/ %.1f / %.1f", float64(live.HeapInuse)/(1<<20), float64(after.HeapInuse)/(1<<20))},
-				{Name: "RSS before / peak / after (MiB)", Value: float64(base.RSS) / (1 << 20), Unit: fmt.Sprintf("/ %.1f / %.1f", float64(peak.RSS)/(1<<20), float64(after.RSS)/(1<<20))},
+				{Name: "RSS before / peak / idle with subs / after (MiB)", Value: float64(base.RSS) / (1 << 20), Unit: fmt.Sprintf("/ %.1f / %.1f / %.1f", float64(peak.RSS)/(1<<20), float64(live.RSS)/(1<<20), float64(after.RSS)/(1<<20))},
 				{Name: "goroutines back to baseline", Value: b2f(back), Unit: fmt.Sprintf("(1 = yes, after %.1f s)", drain.Seconds())},
 				{Name: "messages received while idle", Value: float64(msgs.Load()), Unit: ""},
 			}}

@@ -106,6 +106,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	prefix := filepath.Join(o.LogDir, fmt.Sprintf("pgbench_run%d", o.Run))
+	// Run numbers start again in every bench: logs an earlier bench left
+	// under the same prefix would otherwise be read as this run's.
+	if err := removeLogs(prefix); err != nil {
+		return nil, err
+	}
 	args := []string{"-n", "-h", "127.0.0.1", "-p", strconv.Itoa(o.Port), "-U", "postgres",
 		"-M", "extended", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Clients),
 		"-T", strconv.Itoa(int(o.Duration.Round(time.Second) / time.Second)),
@@ -171,4 +176,17 @@ func readLogs(prefix string) ([]time.Duration, error) {
 		}
 	}
 	return out, nil
+}
+
+func removeLogs(prefix string) error {
+	old, err := filepath.Glob(prefix + ".*")
+	if err != nil {
+		return err
+	}
+	for _, f := range old {
+		if err := os.Remove(f); err != nil {
+			return fmt.Errorf("pgref: remove stale pgbench log: %w", err)
+		}
+	}
+	return nil
 }

@@ -108,6 +108,11 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 	if err := Seed(ctx, db, src, 1, clients, per); err != nil {
 		t.Fatal(err)
 	}
+	// A log an earlier bench left under the same run number must not
+	// count as this run's.
+	if err := os.WriteFile(filepath.Join(dir, "pgbench_run1.99999"), []byte("0 1 5000000 0 1700000000 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	res, err := Run(ctx, Options{Bin: filepath.Join(c.BinDir(), "pgbench"), Port: c.Port(), DB: "postgres",
 		Clients: clients, Duration: time.Second, Script: path, LogDir: dir, Run: 1})
 	if err != nil {

@@ -271,3 +271,45 @@ func RaiseFileLimit() (uint64, error) {
 	}
 	return l.Cur, nil
 }
+
+// MachineCPU is the whole machine's CPU time so far from /proc/stat: busy
+// (everything but idle and iowait) and total, in clock ticks.
+func MachineCPU() (busy, total uint64, err error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, 0, err
+	}
+	return parseMachineCPU(string(b))
+}
+
+func parseMachineCPU(stat string) (busy, total uint64, err error) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, 0, fmt.Errorf("proc: unexpected /proc/stat first line %q", line)
+	}
+	for i, s := range f[1:] {
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return 0, 0, fmt.Errorf("proc: /proc/stat field %d: %w", i+1, err)
+		}
+		total += v
+		if i != 3 && i != 4 { // idle, iowait
+			busy += v
+		}
+	}
+	return busy, total, nil
+}
+
+// MachineBusy starts measuring how busy the machine's CPUs are; the
+// returned func gives the share (0 to 1) since then, or -1 if unknown.
+func MachineBusy() func() float64 {
+	b0, t0, err0 := MachineCPU()
+	return func() float64 {
+		b1, t1, err := MachineCPU()
+		if err0 != nil || err != nil || t1 <= t0 {
+			return -1
+		}
+		return float64(b1-b0) / float64(t1-t0)
+	}
+}

@@ -67,3 +67,13 @@ func TestOwnProcess(t *testing.T) {
 		t.Fatalf("CPU did not advance: %v -> %v (x=%d)", before, after, x)
 	}
 }
+
+func TestParseMachineCPU(t *testing.T) {
+	busy, total, err := parseMachineCPU("cpu  100 5 50 800 20 3 2 0 0 0\ncpu0 1 2 3 4 5 6 7\n")
+	if err != nil || busy != 160 || total != 980 {
+		t.Fatalf("busy %d total %d err %v", busy, total, err)
+	}
+	if _, _, err := parseMachineCPU("intr 1 2 3\n"); err == nil {
+		t.Fatal("accepted a line that is not the cpu summary")
+	}
+}

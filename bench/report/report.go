@@ -61,6 +61,20 @@ type Check struct {
 	Met     bool    `json:"met"`
 	// NotRun is set when either side could not be measured.
 	NotRun string `json:"notRun,omitempty"`
+	// Info marks a figure the issue asks for without a bound: printed with
+	// its reference (if any), never met or missed.
+	Info bool `json:"info,omitempty"`
+	// Note qualifies the result (e.g. a rate the phase did not reach).
+	Note string `json:"note,omitempty"`
+}
+
+// NewInfo is a figure reported without a target.
+func NewInfo(target, figure string, value float64, unit, reference string, ref float64) Check {
+	c := Check{Target: target, Figure: figure, Value: value, Unit: unit, Reference: reference, RefValue: ref, Info: true}
+	if ref > 0 {
+		c.Ratio = value / ref
+	}
+	return c
 }
 
 // NewCheck compares value to bound×ref.
@@ -207,14 +221,28 @@ func (r *Run) WriteTable(w io.Writer) {
 	tt.row("target", "figure", "value", "reference", "ref value", "ratio", "bound", "result")
 	for _, c := range r.Checks {
 		if c.NotRun != "" {
-			tt.row(c.Target, c.Figure, "-", c.Reference, "-", "-", bound(c), "NOT RUN: "+c.NotRun)
+			b := bound(c)
+			if c.Info {
+				b = "-"
+			}
+			tt.row(c.Target, c.Figure, "-", c.Reference, "-", "-", b, "NOT RUN: "+c.NotRun)
 			continue
 		}
 		res := "MET"
 		if !c.Met {
 			res = "MISSED"
 		}
-		tt.row(c.Target, c.Figure, Num(c.Value)+" "+c.Unit, c.Reference, Num(c.RefValue)+" "+c.Unit, fmt.Sprintf("%.2f", c.Ratio), bound(c), res)
+		ref, ratio, bnd := Num(c.RefValue)+" "+c.Unit, fmt.Sprintf("%.2f", c.Ratio), bound(c)
+		if c.Info {
+			res, bnd = "reported", "-"
+			if c.RefValue == 0 {
+				ref, ratio = "-", "-"
+			}
+		}
+		if c.Note != "" {
+			res += " (" + c.Note + ")"
+		}
+		tt.row(c.Target, c.Figure, Num(c.Value)+" "+c.Unit, c.Reference, ref, ratio, bnd, res)
 	}
 	fmt.Fprintln(w, "\ntargets:")
 	tt.write(w)

@@ -5,6 +5,7 @@ package pubsub
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/voucherd/voucherd/ent"
 )
@@ -27,9 +28,9 @@ type VoucherChange struct {
 	PayerID    string `json:"payerId"`
 	PayeeID    string `json:"payeeId"`
 	// Row is the voucher's new row as PostgreSQL's row_to_json renders it
-	// (column name to value), present when the whole notification fits in
-	// MaxRowPayload; ent.Voucher's JSON names are the column names.
-	Row json.RawMessage `json:"voucher,omitempty"`
+	// (column name to value), when the notification carried it (see
+	// ParseNotification); ent.Voucher's JSON names are the column names.
+	Row json.RawMessage `json:"-"`
 	// Voucher is the new state handed over in process by the replica that
 	// made the change (never sent anywhere). Subscribers only read it.
 	Voucher *ent.Voucher `json:"-"`
@@ -39,6 +40,41 @@ type VoucherChange struct {
 // refuses NOTIFY payloads of 8000 bytes or more (and the statement with
 // them), so a larger change goes out with its keys only and is loaded.
 const MaxRowPayload = 7900
+
+// A notification's payload is the change's keys as a JSON object, then,
+// when the whole fits in MaxRowPayload, a newline and the voucher's row as
+// a JSON object. Keys first and apart let a replica decode only them to see
+// whether anyone there follows the voucher (most changes concern nobody on
+// a given replica); the row, behind the first newline (no JSON text
+// PostgreSQL or encoding/json writes contains a raw one), is decoded only
+// for changes someone follows.
+
+// EncodeNotification is c's payload, with row when it fits.
+func EncodeNotification(c VoucherChange, row []byte) ([]byte, error) {
+	c.Row, c.Voucher = nil, nil
+	keys, err := json.Marshal(c)
+	if err != nil {
+		return nil, err
+	}
+	if len(row) == 0 || len(keys)+1+len(row) >= MaxRowPayload {
+		return keys, nil
+	}
+	return append(append(keys, '\n'), row...), nil
+}
+
+// ParseNotification reads a payload written by EncodeNotification or by
+// the voucher statements' pg_notify.
+func ParseNotification(payload string) (VoucherChange, error) {
+	keys, row, _ := strings.Cut(payload, "\n")
+	var c VoucherChange
+	if err := json.Unmarshal([]byte(keys), &c); err != nil {
+		return c, err
+	}
+	if row != "" {
+		c.Row = json.RawMessage(row)
+	}
+	return c, nil
+}
 
 // WithState returns c carrying v in process.
 func (c VoucherChange) WithState(v *ent.Voucher) VoucherChange {

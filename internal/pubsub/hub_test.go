@@ -404,3 +404,78 @@ func TestNotifyAndTryNext(t *testing.T) {
 		t.Fatalf("after Close: %v", err)
 	}
 }
+
+// A change that carries its state is dispatched without a load: a row from
+// a notification (with the read model applied), or a voucher handed over
+// in process. A row that does not decode is loaded instead; an echo of a
+// version already dispatched is dropped before any decoding.
+func TestChangesCarryingStateNeedNoLoad(t *testing.T) {
+	l := newFakeLoader()
+	var prepared atomic.Int64
+	h := newHub(t, l, Options{Prepare: func(v *ent.Voucher) {
+		prepared.Add(1)
+		v.Code = "prepared"
+	}})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	defer s.Close()
+
+	// In process: the very voucher, untouched by Prepare.
+	own := &ent.Voucher{ID: "vch_1", SessionID: "ses_1", Version: 2, Code: "123456", ExpiresAt: time.Now().Add(time.Hour)}
+	h.Publish(ChangeOf(own).WithState(own))
+	if ev := next(t, s); ev.Voucher != own {
+		t.Fatalf("in-process change: got %+v", ev.Voucher)
+	}
+
+	// From a notification: the row, decoded and prepared.
+	row := []byte(`{"id":"vch_1","version":3,"status":"REDEEMED","code":"123456","session_id":"ses_1","payer_id":"dev_p",` +
+		`"payee_id":"ses_x","business_id":null,"payee_info":null,"created_at":"2026-11-21T20:59:15.500218+01:00",` +
+		`"expected_payment":{"id": "pmt_1", "amount": "12.5", "network": "ethereum", "currency": "USDC"}}`)
+	h.Publish(VoucherChange{ID: "vch_1", Version: 3, SessionID: "ses_1", Row: row})
+	ev := next(t, s)
+	v := ev.Voucher
+	if v.Version != 3 || v.Status != "REDEEMED" || v.Code != "prepared" || v.ExpectedPayment == nil ||
+		v.ExpectedPayment.Amount != "12.5" || v.PayeeInfo != nil || v.CreatedAt.Location() != time.UTC || v.CreatedAt.Hour() != 19 {
+		t.Fatalf("decoded row: %+v", v)
+	}
+	// The same version again (this replica's own change coming back
+	// through LISTEN, say) is dropped, even with an undecodable row.
+	h.Publish(VoucherChange{ID: "vch_1", Version: 3, SessionID: "ses_1", Row: []byte(`{"id":`)})
+	nothing(t, s)
+	if n := l.loads.Load(); n != 0 || prepared.Load() != 1 {
+		t.Fatalf("loads %d, prepared %d; want 0 and 1", n, prepared.Load())
+	}
+
+	// A newer version whose row does not decode is loaded.
+	c := l.set("vch_1", "ses_1", "", 4)
+	c.Row = []byte(`{"id": 7}`)
+	h.Publish(c)
+	if ev := next(t, s); ev.Voucher.Version != 4 || l.loads.Load() != 1 {
+		t.Fatalf("fallback: version %d after %d loads", ev.Voucher.Version, l.loads.Load())
+	}
+}
+
+// When a batch mixes changes that carry their state with changes that must
+// be loaded and the load fails, the first are delivered at once and only
+// the others are retried.
+func TestFailedLoadRetriesOnlyWhatNeedsLoading(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{Shards: 1})
+	s := h.Subscribe(BySession, "ses_1")
+	defer s.Close()
+	l.failNext.Store(1)
+	withState := &ent.Voucher{ID: "vch_a", SessionID: "ses_1", Version: 5}
+	h.Publish(l.set("vch_b", "ses_1", "", 2))
+	h.Publish(ChangeOf(withState).WithState(withState))
+	got := map[string]int{}
+	for len(got) < 2 {
+		ev := next(t, s)
+		got[ev.Voucher.ID]++
+	}
+	if got["vch_a"] != 1 || got["vch_b"] != 1 {
+		t.Fatalf("deliveries %v", got)
+	}
+	nothing(t, s)
+	if n := l.loadedID["vch_a"]; n != 0 {
+		t.Fatalf("the change carrying its state was loaded %d times", n)
+	}
+}

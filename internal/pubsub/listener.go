@@ -2,7 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -148,8 +147,8 @@ func (l *Listener) run(ctx context.Context) {
 				continue
 			}
 			l.markHealthy()
-			var c VoucherChange
-			if err := json.Unmarshal([]byte(n.Extra), &c); err != nil || c.ID == "" {
+			c, err := ParseNotification(n.Extra)
+			if err != nil || c.ID == "" {
 				log.Error("pubsub: malformed voucher change notification", "bytes", len(n.Extra))
 				continue
 			}

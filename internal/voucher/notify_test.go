@@ -11,6 +11,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/business"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/apperr"
@@ -57,8 +58,8 @@ func TestChangeNotifications(t *testing.T) {
 						if n == nil {
 							continue
 						}
-						var c pubsub.VoucherChange
-						if err := json.Unmarshal([]byte(n.Extra), &c); err != nil {
+						c, err := pubsub.ParseNotification(n.Extra)
+						if err != nil {
 							t.Errorf("payload %q: %v", n.Extra, err)
 						}
 						mu.Lock()
@@ -256,4 +257,122 @@ func TestRedeemStatement(t *testing.T) {
 		_, err = f.svc.Redeem(as(p.payee), v.ID, simpleBody("1"))
 		wantCode(t, err, apperr.AlreadyRedeemed)
 	})
+}
+
+// A change carries its new state, so no replica has to read the voucher
+// back: in process to this replica's hub (both databases), and in the
+// NOTIFY payload on PostgreSQL while it fits. A row too large for NOTIFY's
+// 8000 bytes goes out with its keys only, and the change still commits.
+func TestChangesCarryTheirState(t *testing.T) {
+	for _, dialect := range testdb.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			db, url := openWithURL(t, dialect)
+			f := newFixture(t, db)
+			notes := make(chan pubsub.VoucherChange, 16)
+			if db.IsPostgres() {
+				l := pq.NewListener(url, 10*time.Millisecond, time.Second, nil)
+				t.Cleanup(func() { l.Close() })
+				if err := l.Listen(pubsub.Channel); err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					for n := range l.Notify {
+						if n == nil {
+							continue
+						}
+						c, err := pubsub.ParseNotification(n.Extra)
+						if err != nil {
+							t.Errorf("payload %q: %v", n.Extra, err)
+						}
+						if len(n.Extra) >= 8000 {
+							t.Errorf("payload of %d bytes", len(n.Extra))
+						}
+						notes <- c
+					}
+				}()
+			}
+			heard := func(id string, version int) pubsub.VoucherChange {
+				t.Helper()
+				for {
+					select {
+					case c := <-notes:
+						if c.ID == id && c.Version == version {
+							return c
+						}
+					case <-time.After(5 * time.Second):
+						t.Fatalf("no notification for %s v%d", id, version)
+					}
+				}
+			}
+			same := func(what string, got, want *ent.Voucher) {
+				t.Helper()
+				g, _ := json.Marshal(voucher.View(got))
+				w, _ := json.Marshal(voucher.View(want))
+				if string(g) != string(w) || got.PayerID != want.PayerID || got.PayeeID != want.PayeeID {
+					t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
+				}
+			}
+			published := func(id string, version int) pubsub.VoucherChange {
+				t.Helper()
+				for _, c := range f.pub.all() {
+					if c.ID == id && c.Version == version {
+						return c
+					}
+				}
+				t.Fatalf("nothing published for %s v%d", id, version)
+				return pubsub.VoucherChange{}
+			}
+
+			p := f.parties()
+			v := f.reserve(p)
+			r, err := f.svc.Redeem(as(p.payee), v.ID, simpleBody("7.25"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			stored, err := f.svc.Get(as(p.payer), v.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c := published(v.ID, 2); c.Voucher == nil {
+				t.Fatal("the in-process change carries no voucher")
+			} else {
+				same("published", c.Voucher, stored)
+			}
+			if db.IsPostgres() {
+				for _, version := range []int{1, 2} {
+					c := heard(v.ID, version)
+					if len(c.Row) == 0 {
+						t.Fatalf("v%d: the notification carries no row", version)
+					}
+					got, err := pubsub.DecodeRow(c.Row)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if version == 2 {
+						same("notified row", got, stored)
+						same("answer", r, stored)
+					} else if got.Status != entvoucher.StatusRESERVED || got.Version != 1 {
+						t.Fatalf("reserve's row %+v", got)
+					}
+				}
+			}
+
+			// Calldata of 12,000 hex digits: the row no longer fits.
+			big := customBody()
+			big.Payments[0].Input.Data = "0x" + strings.Repeat("ab", 6000)
+			w := f.reserve(p)
+			if _, err := f.svc.Redeem(as(p.payee), w.ID, big); err != nil {
+				t.Fatal(err)
+			}
+			if c := published(w.ID, 2); c.Voucher == nil || c.Voucher.Payments[0].Input.Data != big.Payments[0].Input.Data {
+				t.Fatalf("the in-process change of a large voucher: %+v", c.Voucher)
+			}
+			if db.IsPostgres() {
+				heard(w.ID, 1)
+				if c := heard(w.ID, 2); len(c.Row) != 0 || c.SessionID != p.session.ID || c.PayeeID != p.payee.ID {
+					t.Fatalf("large row notification %+v", c)
+				}
+			}
+		})
+	}
 }

@@ -136,20 +136,11 @@ func (s *Service) notifyInTx(ctx context.Context, tx *ent.Tx, v *ent.Voucher) er
 // changePayload is v's change notification, carrying its row (the JSON
 // names of ent.Voucher are the column names row_to_json uses) when it fits.
 func changePayload(v *ent.Voucher) ([]byte, error) {
-	c := pubsub.ChangeOf(v)
-	payload, err := json.Marshal(c)
-	if err != nil {
-		return nil, err
-	}
 	row, err := json.Marshal(v)
 	if err != nil {
 		return nil, err
 	}
-	if len(payload)+len(row)+16 >= pubsub.MaxRowPayload {
-		return payload, nil
-	}
-	c.Row = row
-	return json.Marshal(c)
+	return pubsub.EncodeNotification(pubsub.ChangeOf(v), row)
 }
 
 // NewCode draws a 6-digit voucher code from crypto/rand.

@@ -86,19 +86,20 @@ func (st statement) build(dialect string) (string, []any) {
 }
 
 // wrapNotify adds RETURNING (and, on PostgreSQL, the notification) to a
-// data-changing statement on vouchers. The notification carries the new row
-// (pubsub.VoucherChange.Row) when the whole payload stays under
-// pubsub.MaxRowPayload, so no replica has to read the voucher back; a
-// larger row (a CUSTOM voucher with big extras) goes out with its keys only,
-// since NOTIFY refuses 8000 bytes, and replicas load it.
+// data-changing statement on vouchers. The notification (the payload
+// pubsub.ParseNotification reads) carries the new row after the keys when
+// the whole stays under pubsub.MaxRowPayload, so no replica has to read the
+// voucher back; a larger row (a CUSTOM voucher with big extras or calldata)
+// goes out with its keys only, since NOTIFY refuses 8000 bytes, and
+// replicas load it.
 func wrapNotify(dialect, stmt string) string {
 	if dialect != storage.Postgres {
 		return rebind(dialect, stmt+" RETURNING "+columnList)
 	}
 	q := "WITH u AS (" + stmt + " RETURNING " + columnList + ") SELECT u." +
 		strings.Join(columns, ", u.") + ", pg_notify('" + pubsub.Channel + "', " +
-		"CASE WHEN octet_length(n.k) + octet_length(n.r) < " + strconv.Itoa(pubsub.MaxRowPayload-16) +
-		" THEN left(n.k, -1) || ', \"voucher\": ' || n.r || '}' ELSE n.k END) " +
+		"CASE WHEN octet_length(n.k) + 1 + octet_length(n.r) < " + strconv.Itoa(pubsub.MaxRowPayload) +
+		" THEN n.k || chr(10) || n.r ELSE n.k END) " +
 		"FROM u, LATERAL (SELECT json_build_object(" +
 		"'id', u.id, 'version', u.version, 'sessionId', u.session_id, 'businessId', u.business_id, " +
 		"'payerId', u.payer_id, 'payeeId', u.payee_id)::text AS k, row_to_json(u)::text AS r) n"
@@ -111,28 +112,37 @@ func rebind(dialect, q string) string {
 	if dialect != storage.Postgres {
 		return q
 	}
-	var b strings.Builder
+	b := make([]byte, 0, len(q)+16)
 	n := 0
 	for i := 0; i < len(q); i++ {
 		if q[i] == '?' {
 			n++
-			fmt.Fprintf(&b, "$%d", n)
+			b = strconv.AppendInt(append(b, '$'), int64(n), 10)
 			continue
 		}
-		b.WriteByte(q[i])
+		b = append(b, q[i])
 	}
-	return b.String()
+	return string(b)
 }
 
 // selectStatement loads one voucher; lock takes the row lock on PostgreSQL
 // (an immediate SQLite transaction already holds the database's write lock).
+// The texts are built once: this is every read's and transition's path.
 func selectStatement(dialect string, lock bool) string {
-	q := "SELECT " + columnList + " FROM vouchers WHERE id = ?"
-	if lock && dialect == storage.Postgres {
-		q += " FOR UPDATE"
+	if dialect == storage.Postgres {
+		if lock {
+			return selectPGLock
+		}
+		return selectPG
 	}
-	return rebind(dialect, q)
+	return selectOther
 }
+
+var (
+	selectOther  = "SELECT " + columnList + " FROM vouchers WHERE id = ?"
+	selectPG     = rebind(storage.Postgres, selectOther)
+	selectPGLock = selectPG + " FOR UPDATE"
+)
 
 // queryVouchers runs q and scans every returned voucher. On PostgreSQL a
 // notifying statement has one more column (pg_notify's void), skipped.
