@@ -10,21 +10,9 @@ import (
 
 	"entgo.io/contrib/entgql"
 	"github.com/voucherd/voucherd/ent"
-	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // Vouchers is the resolver for the vouchers field.
 func (r *queryResolver) Vouchers(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error) {
-	first, err := paging.Args(first, last)
-	if err != nil {
-		return nil, err
-	}
-	q, err := r.Resolver.Vouchers.VisibleQuery(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if orderBy == nil {
-		orderBy = newestVouchersFirst
-	}
-	return q.Paginate(ctx, after, first, before, last, ent.WithVoucherOrder(orderBy), ent.WithVoucherFilter(where.Filter))
+	return r.Resolver.Vouchers.Connection(ctx, after, first, before, last, orderBy, where)
 }

@@ -3,11 +3,15 @@ package voucher
 import (
 	"context"
 
+	"entgo.io/contrib/entgql"
+
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/predicate"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // VisibleQuery returns a query over exactly the vouchers the caller may
@@ -29,4 +33,27 @@ func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
 		}
 	}
 	return s.db.Voucher.Query().Where(entvoucher.Or(who...)), nil
+}
+
+// Connection pages through the vouchers the caller may see (the same rule
+// as Query and Get), newest first unless orderBy says otherwise, paged by
+// the graph's one rule (internal/paging).
+func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
+	orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error) {
+	first, err := paging.Args(first, last)
+	if err != nil {
+		return nil, err
+	}
+	q, err := s.VisibleQuery(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if orderBy == nil {
+		orderBy = &ent.VoucherOrder{Direction: entgql.OrderDirectionDesc, Field: ent.VoucherOrderFieldCreatedAt}
+	}
+	conn, err := q.Paginate(ctx, after, first, before, last, ent.WithVoucherOrder(orderBy), ent.WithVoucherFilter(where.Filter))
+	if err != nil {
+		return nil, apperr.From(err)
+	}
+	return conn, nil
 }
