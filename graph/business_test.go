@@ -285,6 +285,12 @@ func TestBusinessVouchersEndToEnd(t *testing.T) {
 			if c := other.failure("biz", 5*time.Second); c != "not_found" {
 				t.Fatalf("stranger's subscription: %s", c)
 			}
+			// A business subscription sends nothing until a change, and the
+			// protocol has no subscribe ack: wait until the server holds it.
+			waitFor(t, 10*time.Second, func() bool {
+				m := srv.Do(t, "GET", "/metrics", "", nil)
+				return strings.Contains(string(m.Body), "\nvoucherd_subscriptions 1\n")
+			})
 
 			reserve := func(token string) *testserver.Response {
 				return srv.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", token, map[string]any{"code": code, "businessId": bizID})
