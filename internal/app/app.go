@@ -56,9 +56,11 @@ type App struct {
 	Outbox     *webhook.Outbox
 	Dispatcher *webhook.Dispatcher
 	// Hub fans voucher changes out to GraphQL subscribers; on PostgreSQL
-	// the listener feeds it every replica's changes.
+	// the listener feeds it every replica's changes, which each replica's
+	// notifier sends after commit.
 	Hub      *pubsub.Hub
 	listener *pubsub.Listener
+	notifier *pubsub.Notifier
 	// sockets ends every GraphQL websocket at shutdown (they are detached
 	// from their HTTP requests, which the HTTP server's shutdown ends).
 	sockets      context.Context
@@ -128,10 +130,10 @@ func (a *App) build(ctx context.Context) error {
 	a.Sessions = session.NewService(db, cfg.SessionTTL, nil)
 	a.Identity = identity.NewService(db, hasher, a.Issuer, a.Sessions)
 	a.Businesses = business.NewService(db, nil)
-	a.buildWebhooks()
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}
+	a.buildWebhooks()
 	if err := a.buildVouchers(); err != nil {
 		return err
 	}
@@ -242,9 +244,16 @@ func (a *App) buildWebhooks() {
 	a.Webhooks = webhook.NewService(a.DB, webhook.Options{
 		Box: a.Box, AllowPrivate: cfg.WebhookAllowPrivate, Dispatcher: a.Dispatcher, Log: a.Log,
 	})
+	wake := a.Dispatcher.Wake
+	if n := a.notifier; n != nil {
+		wake = func() {
+			a.Dispatcher.Wake()
+			n.Signal(webhook.NotifyChannel)
+		}
+	}
 	a.Outbox = webhook.NewOutbox(a.DB, webhook.OutboxOptions{
 		View: func(v *ent.Voucher) any { return voucher.View(v) },
-		Wake: a.Dispatcher.Wake,
+		Wake: wake,
 	})
 }
 
@@ -314,7 +323,7 @@ func (a *App) buildVouchers() error {
 	a.Finance = fin
 	a.Vouchers, err = voucher.NewService(a.DB, voucher.Options{
 		Finance: fin, Sessions: a.Sessions, TTL: cfg.VoucherTTL,
-		Events: a.Outbox, Publisher: a.Hub, Log: a.Log,
+		Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
 	})
 	return err
 }
@@ -338,34 +347,57 @@ func (a *App) Shutdown(ctx context.Context) error {
 	case <-done:
 	case <-ctx.Done():
 	}
-	a.closePubsub()
+	a.closePubsub(ctx)
 	return a.DB.Close()
 }
 
 // buildPubsub starts the subscription hub. The voucher service publishes
-// its own changes to it after each commit, with their new state; on
-// PostgreSQL every replica's statements also NOTIFY (with the row when it
-// fits) and the listener publishes them here, so a change on any replica
-// reaches this one's subscribers. Rows from notifications get the same read
-// model as loaded vouchers.
+// its own changes to it after each commit, with their new state. On
+// PostgreSQL it also hands them to the notifier, which tells every replica
+// (with the row when it fits) after commit, and the listener publishes
+// every replica's changes here, so a change on any replica reaches this
+// one's subscribers; rows from notifications get the same read model as
+// loaded vouchers. The notifier starts first so that the other replicas
+// know this one before it commits anything.
 func (a *App) buildPubsub(ctx context.Context) error {
 	a.sockets, a.closeSockets = context.WithCancel(context.Background())
 	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log, Prepare: voucher.ReadModel(time.Now)})
 	if !a.DB.IsPostgres() {
 		return nil
 	}
-	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log})
+	n, err := pubsub.NewNotifier(ctx, a.Config.DatabaseURL, pubsub.NotifierOptions{Log: a.Log})
 	if err != nil {
 		a.Hub.Close()
 		return err
 	}
-	a.listener = l
+	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica()})
+	if err != nil {
+		_ = n.Close(ctx)
+		a.Hub.Close()
+		return err
+	}
+	a.notifier, a.listener = n, l
 	return nil
+}
+
+// publisher is where the voucher service sends committed changes.
+func (a *App) publisher() pubsub.Publisher {
+	if a.notifier == nil {
+		return a.Hub
+	}
+	return pubsub.Publishers{a.Hub, a.notifier}
 }
 
 // closePubsub stops listening and ends every subscription (their sockets
 // are closed by the HTTP server's shutdown).
-func (a *App) closePubsub() {
+func (a *App) closePubsub(ctx context.Context) {
+	if a.notifier != nil {
+		// After every writer stopped: what is queued goes out, then the
+		// goodbye that spares the other replicas a resync.
+		if err := a.notifier.Close(ctx); err != nil {
+			a.Log.Warn("change notifier did not close cleanly", "err", err.Error())
+		}
+	}
 	if a.listener != nil {
 		_ = a.listener.Close()
 	}

@@ -94,3 +94,13 @@ type PublisherFunc func(VoucherChange)
 
 // Publish calls f.
 func (f PublisherFunc) Publish(c VoucherChange) { f(c) }
+
+// Publishers publishes to each in turn.
+type Publishers []Publisher
+
+// Publish calls every publisher.
+func (ps Publishers) Publish(c VoucherChange) {
+	for _, p := range ps {
+		p.Publish(c)
+	}
+}

@@ -2,6 +2,7 @@ package pubsub
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -23,14 +24,28 @@ type ListenerOptions struct {
 	// known healthy, covering transactions that began earlier but committed
 	// into the gap, and clock differences between replicas.
 	ResyncMargin time.Duration
-	Log          *slog.Logger
+	// Replica is this process's Notifier's name, whose own liveness
+	// messages are ignored. Empty: every replica is a peer.
+	Replica string
+	// PeerTimeout is how long a replica may stay silent on ReplicaChannel
+	// before it is taken for dead and what it committed since it was last
+	// heard is resynced (default 5 s, five missed heartbeats).
+	PeerTimeout time.Duration
+	Log         *slog.Logger
 }
 
 // Listener feeds a Hub from PostgreSQL: LISTEN on Channel, every
 // notification (from any replica, this one included) is published to the
-// hub. After a reconnect, notifications sent during the gap are gone, so the
-// hub re-sends current state (Hub.Resync) for everything changed since just
-// before the connection was last known good.
+// hub. Changes can go unnotified in two ways, and both end in the hub
+// re-sending current state (Hub.Resync) for everything changed since just
+// before the loss could have begun:
+//
+//   - this listener's connection drops: notifications sent during the gap
+//     are gone; resync from when the connection was last known good;
+//   - another replica stops (see Notifier): one that said goodbye sent
+//     everything first; one that went silent for PeerTimeout (killed, cut
+//     off, or told us it dropped notifications) may have committed changes
+//     it never notified; resync from when it was last heard.
 type Listener struct {
 	pl   *pq.Listener
 	hub  *Hub
@@ -39,6 +54,11 @@ type Listener struct {
 	wg   sync.WaitGroup
 	// healthy is when the connection was last known good (unix nanos).
 	healthy atomic.Int64
+	// peers maps each live replica to when it was last heard (local
+	// clock); only the run goroutine touches it.
+	peers map[string]time.Time
+	// resyncs counts resyncs started, for tests and metrics.
+	resyncs atomic.Int64
 }
 
 // ApplicationName tags the listener's connection in pg_stat_activity.
@@ -58,6 +78,9 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 	}
 	if opts.ResyncMargin <= 0 {
 		opts.ResyncMargin = time.Minute
+	}
+	if opts.PeerTimeout <= 0 {
+		opts.PeerTimeout = 5 * time.Second
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -81,7 +104,13 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 		}
 	})
 	listened := make(chan error, 1)
-	go func() { listened <- pl.Listen(Channel) }()
+	go func() {
+		err := pl.Listen(Channel)
+		if err == nil {
+			err = pl.Listen(ReplicaChannel)
+		}
+		listened <- err
+	}()
 	select {
 	case err := <-listened:
 		if err != nil {
@@ -93,7 +122,7 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 		return nil, ctx.Err()
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop}
+	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop, peers: map[string]time.Time{}}
 	l.wg.Add(1)
 	go l.run(runCtx)
 	return l, nil
@@ -122,31 +151,41 @@ func (l *Listener) run(ctx context.Context) {
 	// until TCP gives up, and notifications must keep flowing meanwhile.
 	l.wg.Add(1)
 	go l.pinger(ctx)
+	check := time.NewTicker(l.opts.PeerTimeout / 4)
+	defer check.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case now := <-check.C:
+			for id, seen := range l.peers {
+				if now.Sub(seen) > l.opts.PeerTimeout {
+					delete(l.peers, id)
+					log.Warn("pubsub: replica went silent; resyncing what it may not have notified", "replica", id)
+					l.resync(ctx, seen)
+				}
+			}
 		case n, ok := <-l.pl.Notify:
 			if !ok {
 				return
 			}
 			if n == nil {
 				// lib/pq sends nil after re-establishing the connection:
-				// whatever was notified in between is lost.
-				since := time.Unix(0, l.healthy.Load()).Add(-l.opts.ResyncMargin)
+				// whatever was notified in between is lost, the peers'
+				// heartbeats included (they are fresh again as of now).
+				since := time.Unix(0, l.healthy.Load())
 				l.markHealthy()
-				l.wg.Add(1)
-				go func() {
-					defer l.wg.Done()
-					rctx, cancel := context.WithTimeout(ctx, time.Minute)
-					defer cancel()
-					if err := l.hub.Resync(rctx, since); err != nil && ctx.Err() == nil {
-						log.Error("pubsub: resync after reconnect failed", "err", err.Error())
-					}
-				}()
+				for id := range l.peers {
+					l.peers[id] = time.Now()
+				}
+				l.resync(ctx, since)
 				continue
 			}
 			l.markHealthy()
+			if n.Channel == ReplicaChannel {
+				l.replicaMessage(ctx, n.Extra)
+				continue
+			}
 			c, err := ParseNotification(n.Extra)
 			if err != nil || c.ID == "" {
 				log.Error("pubsub: malformed voucher change notification", "bytes", len(n.Extra))
@@ -156,6 +195,50 @@ func (l *Listener) run(ctx context.Context) {
 		}
 	}
 }
+
+// replicaMessage tracks another replica's liveness (see Notifier).
+func (l *Listener) replicaMessage(ctx context.Context, payload string) {
+	var m replicaMessage
+	if err := json.Unmarshal([]byte(payload), &m); err != nil || m.Replica == "" {
+		l.opts.Log.Error("pubsub: malformed replica message", "bytes", len(payload))
+		return
+	}
+	if m.Replica == l.opts.Replica {
+		return
+	}
+	switch m.State {
+	case replicaGone:
+		delete(l.peers, m.Replica)
+	case replicaGap:
+		l.peers[m.Replica] = time.Now()
+		if m.Since.IsZero() {
+			m.Since = time.Now()
+		}
+		l.opts.Log.Warn("pubsub: a replica dropped change notifications; resyncing", "replica", m.Replica)
+		l.resync(ctx, m.Since)
+	default:
+		l.peers[m.Replica] = time.Now()
+	}
+}
+
+// resync re-sends, in the background, what changed since (less the margin
+// for transactions in flight and clocks apart).
+func (l *Listener) resync(ctx context.Context, since time.Time) {
+	since = since.Add(-l.opts.ResyncMargin)
+	l.resyncs.Add(1)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := l.hub.Resync(rctx, since); err != nil && ctx.Err() == nil {
+			l.opts.Log.Error("pubsub: resync failed", "err", err.Error())
+		}
+	}()
+}
+
+// Resyncs is how many resyncs the listener started.
+func (l *Listener) Resyncs() int64 { return l.resyncs.Load() }
 
 func (l *Listener) markHealthy() { l.healthy.Store(time.Now().UnixNano()) }
 

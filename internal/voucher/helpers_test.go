@@ -83,16 +83,23 @@ func (s *sink) all() []change {
 	return append([]change(nil), s.changes...)
 }
 
-// publisher records SQLite change notifications.
+// publisher records the changes the service publishes after commit and
+// passes them on to also (the PostgreSQL notifier, in the tests that
+// check what other replicas hear), as the app's wiring does.
 type publisher struct {
 	mu      sync.Mutex
 	changes []pubsub.VoucherChange
+	also    pubsub.Publisher
 }
 
 func (p *publisher) Publish(c pubsub.VoucherChange) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	p.changes = append(p.changes, c)
+	also := p.also
+	p.mu.Unlock()
+	if also != nil {
+		also.Publish(c)
+	}
 }
 
 func (p *publisher) all() []pubsub.VoucherChange {

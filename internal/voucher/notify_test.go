@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -37,58 +36,15 @@ func openWithURL(t *testing.T, dialect string) (*storage.DB, string) {
 	return db, url
 }
 
-// Every change reaches subscribers exactly once, with its new version:
-// through NOTIFY on PostgreSQL (sent by the changing statement), through
-// the publisher after commit on SQLite. Rejected requests notify nothing.
+// Every change is published exactly once, after commit, with its new
+// version and state, on both databases (on PostgreSQL the publisher
+// includes the notifier that tells the other replicas, see
+// TestChangesCarryTheirState). Rejected requests publish nothing.
 func TestChangeNotifications(t *testing.T) {
 	for _, dialect := range testdb.Dialects {
 		t.Run(dialect, func(t *testing.T) {
-			db, url := openWithURL(t, dialect)
+			db, _ := openWithURL(t, dialect)
 			f := newFixture(t, db)
-			var mu sync.Mutex
-			var heard []pubsub.VoucherChange
-			if db.IsPostgres() {
-				l := pq.NewListener(url, 10*time.Millisecond, time.Second, nil)
-				t.Cleanup(func() { l.Close() })
-				if err := l.Listen(pubsub.Channel); err != nil {
-					t.Fatal(err)
-				}
-				go func() {
-					for n := range l.Notify {
-						if n == nil {
-							continue
-						}
-						c, err := pubsub.ParseNotification(n.Extra)
-						if err != nil {
-							t.Errorf("payload %q: %v", n.Extra, err)
-						}
-						mu.Lock()
-						heard = append(heard, c)
-						mu.Unlock()
-					}
-				}()
-			}
-			got := func(n int) []pubsub.VoucherChange {
-				t.Helper()
-				if !db.IsPostgres() {
-					return f.pub.all()
-				}
-				deadline := time.Now().Add(5 * time.Second)
-				for {
-					mu.Lock()
-					out := append([]pubsub.VoucherChange(nil), heard...)
-					mu.Unlock()
-					if len(out) >= n || time.Now().After(deadline) {
-						time.Sleep(50 * time.Millisecond) // and nothing more arrives
-						mu.Lock()
-						out = append([]pubsub.VoucherChange(nil), heard...)
-						mu.Unlock()
-						return out
-					}
-					time.Sleep(10 * time.Millisecond)
-				}
-			}
-
 			p := f.parties()
 			owner := f.user()
 			shop := f.business(owner, business.StatusACTIVE)
@@ -118,7 +74,7 @@ func TestChangeNotifications(t *testing.T) {
 				{ID: d.ID, Version: 1, BusinessID: shop.ID}, {ID: d.ID, Version: 2, BusinessID: shop.ID},
 				{ID: e.ID, Version: 1}, {ID: e.ID, Version: 2},
 			}
-			out := got(len(want))
+			out := f.pub.all()
 			if len(out) != len(want) {
 				t.Fatalf("heard %d changes, want %d: %+v", len(out), len(want), out)
 			}
@@ -131,6 +87,9 @@ func TestChangeNotifications(t *testing.T) {
 				if c.ID != w.ID || c.Version != w.Version || c.BusinessID != w.BusinessID ||
 					c.SessionID != p.session.ID || c.PayerID != p.payer.ID || c.PayeeID != payee {
 					t.Fatalf("change %d = %+v, want %+v", i, c, w)
+				}
+				if c.Voucher == nil || c.Voucher.ID != c.ID || c.Voucher.Version != c.Version {
+					t.Fatalf("change %d carries state %+v", i, c.Voucher)
 				}
 			}
 		})
@@ -220,7 +179,7 @@ func TestBusinessVoucherEvents(t *testing.T) {
 func TestRedeemStatement(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *storage.DB) {
 		q := voucher.RedeemStatement(db.Dialect)
-		if db.IsPostgres() != strings.Contains(q, "pg_notify") || !strings.Contains(q, "business_id IS NULL") {
+		if strings.Contains(q, "pg_notify") || !strings.Contains(q, "business_id IS NULL") {
 			t.Fatalf("statement %s", q)
 		}
 		// The documented parameters, in the documented order, redeem.
@@ -260,9 +219,9 @@ func TestRedeemStatement(t *testing.T) {
 }
 
 // A change carries its new state, so no replica has to read the voucher
-// back: in process to this replica's hub (both databases), and in the
-// NOTIFY payload on PostgreSQL while it fits. A row too large for NOTIFY's
-// 8000 bytes goes out with its keys only, and the change still commits.
+// back: in process to this replica's hub (both databases), and on
+// PostgreSQL in the notifier's NOTIFY payload while it fits. A row too
+// large for NOTIFY's 8000 bytes goes out with its keys only.
 func TestChangesCarryTheirState(t *testing.T) {
 	for _, dialect := range testdb.Dialects {
 		t.Run(dialect, func(t *testing.T) {
@@ -270,6 +229,12 @@ func TestChangesCarryTheirState(t *testing.T) {
 			f := newFixture(t, db)
 			notes := make(chan pubsub.VoucherChange, 16)
 			if db.IsPostgres() {
+				n, err := pubsub.NewNotifier(context.Background(), url, pubsub.NotifierOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = n.Close(context.Background()) })
+				f.pub.also = n
 				l := pq.NewListener(url, 10*time.Millisecond, time.Second, nil)
 				t.Cleanup(func() { l.Close() })
 				if err := l.Listen(pubsub.Channel); err != nil {

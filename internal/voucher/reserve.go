@@ -3,7 +3,6 @@ package voucher
 import (
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"math/big"
 
@@ -12,7 +11,6 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
-	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -99,9 +97,6 @@ func (s *Service) Reserve(ctx context.Context, in ReserveInput) (*ent.Voucher, e
 			if err != nil {
 				return err
 			}
-			if err := s.notifyInTx(ctx, tx, created); err != nil {
-				return err
-			}
 			if created.BusinessID != nil {
 				return s.events.VoucherChanged(ctx, tx, nil, created)
 			}
@@ -117,30 +112,6 @@ func (s *Service) Reserve(ctx context.Context, in ReserveInput) (*ent.Voucher, e
 		return created, nil
 	}
 	return nil, apperr.InternalError(fmt.Errorf("voucher: no free voucher code after %d draws", codeDraws))
-}
-
-// notifyInTx sends v's change notification on PostgreSQL as part of tx,
-// for changes not made by a notifying statement.
-func (s *Service) notifyInTx(ctx context.Context, tx *ent.Tx, v *ent.Voucher) error {
-	if !s.db.IsPostgres() {
-		return nil
-	}
-	payload, err := changePayload(v)
-	if err != nil {
-		return err
-	}
-	_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", pubsub.Channel, string(payload))
-	return err
-}
-
-// changePayload is v's change notification, carrying its row (the JSON
-// names of ent.Voucher are the column names row_to_json uses) when it fits.
-func changePayload(v *ent.Voucher) ([]byte, error) {
-	row, err := json.Marshal(v)
-	if err != nil {
-		return nil, err
-	}
-	return pubsub.EncodeNotification(pubsub.ChangeOf(v), row)
 }
 
 // NewCode draws a 6-digit voucher code from crypto/rand.

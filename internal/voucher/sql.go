@@ -12,7 +12,6 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/payment"
-	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -56,10 +55,12 @@ type statement struct {
 	args  []any
 }
 
-// build renders the statement for dialect: a plain UPDATE ... RETURNING
-// on SQLite; on PostgreSQL the UPDATE wrapped in a CTE that also issues
-// pg_notify for every row it changed, so the change and its notification
-// are one round trip and commit together.
+// build renders the statement for dialect: one UPDATE ... RETURNING the
+// new row. It does not notify other replicas: the change commits alone
+// (so concurrent transitions share WAL flushes) and the service publishes
+// it after commit, which on PostgreSQL includes pubsub.Notifier's
+// notification to every replica (why it is not in the statement: see
+// there).
 func (st statement) build(dialect string) (string, []any) {
 	var b strings.Builder
 	args := make([]any, 0, len(st.sets)+len(st.args))
@@ -82,28 +83,13 @@ func (st statement) build(dialect string) (string, []any) {
 		b.WriteString(strings.Join(st.where, " AND "))
 	}
 	args = append(args, st.args...)
-	return wrapNotify(dialect, b.String()), args
+	return returning(dialect, b.String()), args
 }
 
-// wrapNotify adds RETURNING (and, on PostgreSQL, the notification) to a
-// data-changing statement on vouchers. The notification (the payload
-// pubsub.ParseNotification reads) carries the new row after the keys when
-// the whole stays under pubsub.MaxRowPayload, so no replica has to read the
-// voucher back; a larger row (a CUSTOM voucher with big extras or calldata)
-// goes out with its keys only, since NOTIFY refuses 8000 bytes, and
-// replicas load it.
-func wrapNotify(dialect, stmt string) string {
-	if dialect != storage.Postgres {
-		return rebind(dialect, stmt+" RETURNING "+columnList)
-	}
-	q := "WITH u AS (" + stmt + " RETURNING " + columnList + ") SELECT u." +
-		strings.Join(columns, ", u.") + ", pg_notify('" + pubsub.Channel + "', " +
-		"CASE WHEN octet_length(n.k) + 1 + octet_length(n.r) < " + strconv.Itoa(pubsub.MaxRowPayload) +
-		" THEN n.k || chr(10) || n.r ELSE n.k END) " +
-		"FROM u, LATERAL (SELECT json_build_object(" +
-		"'id', u.id, 'version', u.version, 'sessionId', u.session_id, 'businessId', u.business_id, " +
-		"'payerId', u.payer_id, 'payeeId', u.payee_id)::text AS k, row_to_json(u)::text AS r) n"
-	return rebind(dialect, q)
+// returning adds RETURNING the voucher's columns to a data-changing
+// statement on vouchers.
+func returning(dialect, stmt string) string {
+	return rebind(dialect, stmt+" RETURNING "+columnList)
 }
 
 // rebind is storage.DB.Rebind for a dialect, so statement texts can be
@@ -144,21 +130,16 @@ var (
 	selectPGLock = selectPG + " FOR UPDATE"
 )
 
-// queryVouchers runs q and scans every returned voucher. On PostgreSQL a
-// notifying statement has one more column (pg_notify's void), skipped.
+// queryVouchers runs q and scans every returned voucher.
 func queryVouchers(ctx context.Context, db querier, dialect, q string, args ...any) ([]*ent.Voucher, error) {
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	cols, err := rows.Columns()
-	if err != nil {
-		return nil, err
-	}
 	var out []*ent.Voucher
 	for rows.Next() {
-		v, err := scanVoucher(rows, len(cols)-len(columns))
+		v, err := scanVoucher(rows)
 		if err != nil {
 			return nil, err
 		}
@@ -176,7 +157,7 @@ func queryVoucher(ctx context.Context, db querier, dialect, q string, args ...an
 	return vs[0], nil
 }
 
-func scanVoucher(rows *sql.Rows, extra int) (*ent.Voucher, error) {
+func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 	var (
 		v                                   ent.Voucher
 		status                              string
@@ -193,9 +174,6 @@ func scanVoucher(rows *sql.Rows, extra int) (*ent.Voucher, error) {
 		&expected, &supplied, &exchange,
 		&networks, &payments, &extras, &payeeInfo,
 		&recpts, &discardReason, timeCol{&v.ExpiresAt},
-	}
-	for i := 0; i < extra; i++ {
-		dest = append(dest, new(any))
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
@@ -328,8 +306,8 @@ func quoteStatus(ss ...entvoucher.Status) string {
 //	7 updated_at (now)               8 voucher id
 //	9 payee id (the caller)         10 now (the expiry check)
 //
-// It returns the voucher's columns (see the package's columns list) and, on
-// PostgreSQL, one more void column from pg_notify. No row means the redeem
+// It returns the voucher's columns (see the package's columns list). No
+// row means the redeem
 // did not happen (wrong caller, state, expiry, or a business voucher, which
 // takes the transactional path).
 func RedeemStatement(dialect string) string {

@@ -47,9 +47,9 @@ type Options struct {
 	// Events receives every change of a business voucher inside its
 	// transaction (NoEvents when nil).
 	Events EventSink
-	// Publisher gets every committed change with its new state (a no-op
-	// when nil): this replica's subscribers. On PostgreSQL the statements
-	// also notify every replica.
+	// Publisher gets every committed change with its new state, after
+	// commit (a no-op when nil): this replica's hub, and on PostgreSQL the
+	// pubsub.Notifier that tells every other replica.
 	Publisher pubsub.Publisher
 	// NewCode draws voucher codes (NewCode when nil); tests fix the draws.
 	NewCode func() (string, error)
@@ -257,11 +257,11 @@ func (s *Service) Get(ctx context.Context, id string) (*ent.Voucher, error) {
 	return v, nil
 }
 
-// published hands committed changes to this replica's subscribers with
-// their new state, so the hub needs no read. On PostgreSQL the statements'
-// pg_notify also reaches every replica, this one included: the hub drops
-// that echo of a version it already dispatched, and a subscriber here does
-// not wait for the round trip through the database.
+// published hands committed changes with their new state to the
+// publisher: this replica's hub in process (no read, no round trip through
+// the database), and on PostgreSQL the notifier, whose notification
+// reaches every replica, this one included (its hub drops that echo of a
+// version it already dispatched).
 func (s *Service) published(vs ...*ent.Voucher) {
 	for _, v := range vs {
 		s.pub.Publish(pubsub.ChangeOf(v).WithState(v))

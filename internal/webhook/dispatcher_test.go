@@ -20,6 +20,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -513,7 +514,8 @@ func TestDispatcherDialGuard(t *testing.T) {
 }
 
 // On PostgreSQL a commit on one replica wakes the others' dispatchers
-// through NOTIFY, without waiting for their poll.
+// through NOTIFY (the committer's notifier signals after commit, as the
+// app wires it), without waiting for their poll.
 func TestDispatcherListensForOtherReplicas(t *testing.T) {
 	t.Parallel()
 	url := testdb.URL(t, storage.Postgres)
@@ -527,7 +529,13 @@ func TestDispatcherListensForOtherReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := newFixture(t, db, fixtureOptions{})
-	f.outbox = webhook.NewOutbox(db, webhook.OutboxOptions{}) // no local wake-up: the committer is "another replica"
+	n, err := pubsub.NewNotifier(ctx, url, pubsub.NotifierOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close(ctx)
+	// No local wake-up: the committer is "another replica".
+	f.outbox = webhook.NewOutbox(db, webhook.OutboxOptions{Wake: func() { n.Signal(webhook.NotifyChannel) }})
 	f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet,
 		PollInterval: time.Hour, ListenURL: url})
 	f.endpoint(t, "https://hooks.example.com/a")

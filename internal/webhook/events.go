@@ -19,8 +19,11 @@ import (
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
-// NotifyChannel is the PostgreSQL NOTIFY channel on which a transaction that
-// queued deliveries wakes every replica's dispatcher.
+// NotifyChannel is the PostgreSQL NOTIFY channel that wakes every replica's
+// dispatcher after a commit queued deliveries. The outbox's Wake sends it
+// after commit (pubsub.Notifier.Signal), not inside the transaction: a
+// notifying transaction holds a cluster-wide lock through its WAL flush.
+// A lost wake-up costs at most a poll interval (DefaultPollInterval).
 const NotifyChannel = "webhook_deliveries"
 
 // Verdict is what receipt verification concluded.
@@ -61,7 +64,8 @@ type OutboxOptions struct {
 	// Verifier checks receipts; nil is TrustReported.
 	Verifier ReceiptVerifier
 	// Wake is called after a commit that queued deliveries (the local
-	// dispatcher's Wake), so the first attempt does not wait for a poll.
+	// dispatcher's Wake, and on PostgreSQL a NotifyChannel signal to the
+	// other replicas), so the first attempt does not wait for a poll.
 	Wake func()
 	Now  func() time.Time
 }
@@ -304,12 +308,6 @@ func (o *Outbox) record(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types [
 	}
 	if err := tx.WebhookDelivery.CreateBulk(deliveries...).Exec(ctx); err != nil {
 		return fmt.Errorf("webhook: queue deliveries: %w", err)
-	}
-	if o.db.IsPostgres() {
-		// Delivered to listeners at commit, and only if it commits.
-		if _, err := tx.ExecContext(ctx, "SELECT pg_notify($1, '')", NotifyChannel); err != nil {
-			return fmt.Errorf("webhook: notify: %w", err)
-		}
 	}
 	if o.wake != nil {
 		wake := o.wake

@@ -1,0 +1,396 @@
+package pubsub
+
+import (
+	"context"
+	"crypto/rand"
+	"database/sql"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+)
+
+// ReplicaChannel carries the replicas' liveness on PostgreSQL: every
+// Notifier says it is up when it starts, then every Heartbeat, says when it
+// had to drop notifications, and says goodbye when it stops cleanly. A
+// listener that stops hearing a replica resyncs what that replica may have
+// committed without notifying (see Listener).
+const ReplicaChannel = "voucher_replicas"
+
+// NotifierApplicationName tags the notifier's connection in pg_stat_activity.
+const NotifierApplicationName = "voucherd-notifier"
+
+// Replica states sent on ReplicaChannel.
+const (
+	replicaAlive = "alive"
+	replicaGap   = "gap"
+	replicaGone  = "gone"
+)
+
+// replicaMessage is a ReplicaChannel payload.
+type replicaMessage struct {
+	Replica string `json:"replica"`
+	State   string `json:"state"`
+	// Since (gap only) is the oldest change whose notification was dropped.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// NotifierOptions tune a Notifier; zero values take the defaults.
+type NotifierOptions struct {
+	// Replica names this process on ReplicaChannel; default: random.
+	Replica string
+	// Heartbeat is how often the notifier says it is alive (default 1 s).
+	Heartbeat time.Duration
+	// MaxQueue bounds the notifications waiting to be sent (default
+	// 65,536). Past it the oldest are dropped and the replicas are told to
+	// resync from the oldest dropped change.
+	MaxQueue int
+	// MaxBatch bounds the notifications one statement sends (default 512).
+	MaxBatch int
+	Log      *slog.Logger
+}
+
+// Notifier sends this replica's committed changes to every replica's
+// Listener, after commit, from one connection of its own.
+//
+// Why not pg_notify inside the committing transaction, which makes "the
+// change committed" and "the change was notified" one fact: a transaction
+// that notifies takes a cluster-wide lock at commit and keeps it through
+// its WAL flush, so notifying transactions commit one flush at a time and
+// never share one (group commit); that capped the whole cluster's voucher
+// transitions at the disk's fdatasync rate (see docs/performance.md). Here
+// the change commits alone, and the notifications go out in batches from
+// a session with synchronous_commit off: a notification is a signal, not
+// data (the data is already durable), so its commit needs no flush and the
+// lock is held for microseconds.
+//
+// The price is a window: a replica that dies between a commit and its
+// notification leaves other replicas unaware of that change. Listeners
+// close it: every notifier says it is alive every Heartbeat on
+// ReplicaChannel; a listener that stops hearing one for PeerTimeout resyncs
+// every change since it last heard it (Hub.Resync), and one that hears a
+// clean goodbye (Close, after the queue was sent) does not need to.
+type Notifier struct {
+	db      *sql.DB
+	replica string
+	opts    NotifierOptions
+
+	mu      sync.Mutex
+	queue   []VoucherChange
+	signals map[string]bool
+	gap     time.Time // oldest dropped change, zero when none
+	wake    chan struct{}
+
+	stop    chan struct{}
+	done    chan struct{}
+	flushBy time.Time // set by Close: give up sending after it
+	clean   bool      // set by run: everything was sent before stopping
+}
+
+// Compile-time check: a Notifier is a Publisher.
+var _ Publisher = (*Notifier)(nil)
+
+// notifyStatement sends a batch: channel and payload arrays, in order.
+const notifyStatement = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
+
+// NewNotifier connects to databaseURL and says this replica is alive, so
+// listeners know it before it commits anything.
+func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) (*Notifier, error) {
+	if opts.Heartbeat <= 0 {
+		opts.Heartbeat = time.Second
+	}
+	if opts.MaxQueue <= 0 {
+		opts.MaxQueue = 1 << 16
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 512
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	if opts.Replica == "" {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		opts.Replica = "rpl_" + hex.EncodeToString(b[:])
+	}
+	dsn, err := notifierURL(databaseURL)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("pubsub: notifier: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	n := &Notifier{
+		db: db, replica: opts.Replica, opts: opts,
+		signals: map[string]bool{},
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	if err := n.send(ctx, nil, n.control(replicaAlive, time.Time{})); err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("pubsub: notifier: %w", err)
+	}
+	go n.run()
+	return n, nil
+}
+
+// notifierURL is databaseURL for the notifier's session: tagged, and with
+// synchronous_commit off (a run-time parameter: lib/pq sends URL parameters
+// it does not know in the startup packet).
+func notifierURL(databaseURL string) (string, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("pubsub: database URL is not a valid URL")
+	}
+	q := u.Query()
+	q.Set("application_name", NotifierApplicationName)
+	q.Set("synchronous_commit", "off")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}
+
+// Replica is the name this notifier uses on ReplicaChannel.
+func (n *Notifier) Replica() string { return n.replica }
+
+// Publish queues c's notification; it never blocks. c should carry its
+// new state (VoucherChange.Voucher): the notification then carries the row
+// while it fits, and no replica has to load it.
+func (n *Notifier) Publish(c VoucherChange) {
+	n.mu.Lock()
+	if len(n.queue) >= n.opts.MaxQueue {
+		// Keep the newest: the dropped ones are recovered by a resync.
+		dropped := n.queue[0]
+		n.queue = n.queue[1:]
+		if since := changedAt(dropped); n.gap.IsZero() || since.Before(n.gap) {
+			n.gap = since
+		}
+	}
+	n.queue = append(n.queue, c)
+	n.mu.Unlock()
+	n.poke()
+}
+
+// Signal queues an empty notification on channel (coalesced with any
+// already waiting), for listeners that only need a wake-up.
+func (n *Notifier) Signal(channel string) {
+	n.mu.Lock()
+	n.signals[channel] = true
+	n.mu.Unlock()
+	n.poke()
+}
+
+func (n *Notifier) poke() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+// changedAt is when a change was made, as far as the notifier knows.
+func changedAt(c VoucherChange) time.Time {
+	if c.Voucher != nil && !c.Voucher.UpdatedAt.IsZero() {
+		return c.Voucher.UpdatedAt
+	}
+	return time.Now()
+}
+
+// Close sends what is queued (until ctx ends), says goodbye when all of it
+// went out, and closes the connection. A goodbye tells listeners they need
+// not resync; without it they will.
+func (n *Notifier) Close(ctx context.Context) error {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		deadline = time.Now().Add(5 * time.Second)
+	}
+	n.mu.Lock()
+	n.flushBy = deadline
+	n.mu.Unlock()
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
+	<-n.done
+	var err error
+	if n.clean {
+		sctx, cancel := context.WithDeadline(context.Background(), deadline)
+		err = n.send(sctx, nil, n.control(replicaGone, time.Time{}))
+		cancel()
+	} else {
+		err = errors.New("pubsub: notifier closed with notifications unsent; listeners will resync")
+	}
+	_ = n.db.Close()
+	return err
+}
+
+func (n *Notifier) control(state string, since time.Time) [2]string {
+	b, _ := json.Marshal(replicaMessage{Replica: n.replica, State: state, Since: since})
+	return [2]string{ReplicaChannel, string(b)}
+}
+
+// run sends batches as changes arrive: whatever queued while the previous
+// statement was in flight goes in the next one, so batches grow with load
+// and a lone change waits for nothing.
+func (n *Notifier) run() {
+	defer close(n.done)
+	hb := time.NewTicker(n.opts.Heartbeat)
+	defer hb.Stop()
+	due := false // a heartbeat is due
+	backoff := 50 * time.Millisecond
+	stopping := false
+	for {
+		if !stopping {
+			select {
+			case <-n.wake:
+			case <-hb.C:
+				due = true
+			case <-n.stop:
+				stopping = true
+			}
+		}
+		heartbeat := due && !stopping
+		changes, signals, gap := n.take()
+		if stopping && len(changes) == 0 && len(signals) == 0 && gap.IsZero() {
+			n.clean = true
+			return
+		}
+		if len(changes) == 0 && len(signals) == 0 && gap.IsZero() && !heartbeat {
+			continue
+		}
+		var extra [][2]string
+		if !gap.IsZero() {
+			extra = append(extra, n.control(replicaGap, gap))
+		}
+		for _, ch := range signals {
+			extra = append(extra, [2]string{ch, ""})
+		}
+		if heartbeat {
+			extra = append(extra, n.control(replicaAlive, time.Time{}))
+		}
+		ctx, cancel := n.sendContext(stopping)
+		err := n.send(ctx, changes, extra...)
+		cancel()
+		if err == nil {
+			if heartbeat {
+				due = false
+			}
+			backoff = 50 * time.Millisecond
+			continue
+		}
+		n.putBack(changes, signals, gap)
+		if stopping && time.Now().After(n.deadline()) {
+			return
+		}
+		n.opts.Log.Warn("pubsub: sending change notifications failed; retrying", "err", err.Error(), "changes", len(changes))
+		wait := time.NewTimer(backoff)
+		if stopping {
+			<-wait.C
+		} else {
+			select {
+			case <-wait.C:
+			case <-n.stop:
+				wait.Stop()
+				stopping = true
+			}
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (n *Notifier) deadline() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.flushBy
+}
+
+func (n *Notifier) sendContext(stopping bool) (context.Context, context.CancelFunc) {
+	if stopping {
+		return context.WithDeadline(context.Background(), n.deadline())
+	}
+	return context.WithTimeout(context.Background(), 10*time.Second)
+}
+
+// take removes up to MaxBatch changes, the waiting signals and the gap.
+func (n *Notifier) take() ([]VoucherChange, []string, time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	k := min(len(n.queue), n.opts.MaxBatch)
+	changes := append([]VoucherChange(nil), n.queue[:k]...)
+	n.queue = n.queue[k:]
+	if len(n.queue) == 0 {
+		n.queue = nil // let the backing array go
+	} else {
+		n.poke()
+	}
+	var signals []string
+	for ch := range n.signals {
+		signals = append(signals, ch)
+	}
+	clear(n.signals)
+	gap := n.gap
+	n.gap = time.Time{}
+	return changes, signals, gap
+}
+
+// putBack returns an unsent batch to the front of the queue.
+func (n *Notifier) putBack(changes []VoucherChange, signals []string, gap time.Time) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	n.queue = append(changes, n.queue...)
+	if over := len(n.queue) - n.opts.MaxQueue; over > 0 {
+		for _, c := range n.queue[:over] {
+			if since := changedAt(c); gap.IsZero() || since.Before(gap) {
+				gap = since
+			}
+		}
+		n.queue = n.queue[over:]
+	}
+	for _, ch := range signals {
+		n.signals[ch] = true
+	}
+	if !gap.IsZero() && (n.gap.IsZero() || gap.Before(n.gap)) {
+		n.gap = gap
+	}
+}
+
+// send issues one statement with the changes' notifications, then extra
+// (channel, payload) pairs. Payloads are built here, off the request path.
+func (n *Notifier) send(ctx context.Context, changes []VoucherChange, extra ...[2]string) error {
+	chans := make([]string, 0, len(changes)+len(extra))
+	payloads := make([]string, 0, len(changes)+len(extra))
+	for _, c := range changes {
+		var row []byte
+		if c.Voucher != nil {
+			var err error
+			if row, err = json.Marshal(c.Voucher); err != nil {
+				row = nil // keys only: replicas load it
+			}
+		}
+		p, err := EncodeNotification(c, row)
+		if err != nil {
+			n.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
+			continue
+		}
+		chans = append(chans, Channel)
+		payloads = append(payloads, string(p))
+	}
+	for _, e := range extra {
+		chans = append(chans, e[0])
+		payloads = append(payloads, e[1])
+	}
+	if len(chans) == 0 {
+		return nil
+	}
+	_, err := n.db.ExecContext(ctx, notifyStatement, pq.Array(chans), pq.Array(payloads))
+	return err
+}
