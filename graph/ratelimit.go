@@ -405,9 +405,13 @@ func (l *limits) aroundFields(ctx context.Context, next graphql.Resolver) (any, 
 		if !ok {
 			return nil, ratelimit.ConcurrencyErr("subscriptions", l.subsByCaller.Limit())
 		}
-		// The operation's context ends when the subscription does, whether
-		// the client stops it, the stream completes or the socket closes.
-		context.AfterFunc(ctx, release)
+		// Released when the subscription ends, whether the client stops
+		// it, the stream completes or the socket closes: by the websocket
+		// transport's end hook (which keeps no context chain alive for an
+		// idle subscription), else when the operation's context ends.
+		if !wstransport.OnEnd(ctx, release) {
+			context.AfterFunc(ctx, release)
+		}
 	}
 	return next(ctx)
 }

@@ -1,14 +1,15 @@
 package graph
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
@@ -29,11 +30,11 @@ import (
 //     takes the per-event response loop over: each subscriber computes a
 //     fingerprint of its selection set once, and for each event asks the
 //     shared pubsub.Event for the bytes rendered under that fingerprint.
-//     The first subscriber to get there runs gqlgen's generated code (by
-//     feeding the voucher into the channel its resolver returned); every
-//     other subscriber with the same selection reuses those bytes. Voucher
-//     fields do not depend on who is asking (visibility is decided per
-//     subscription, not per field), which is what makes sharing safe.
+//     The first subscriber to get there runs gqlgen's generated code (see
+//     subRun.produce); every other subscriber with the same selection
+//     reuses those bytes. Voucher fields do not depend on who is asking
+//     (visibility is decided per subscription, not per field), which is
+//     what makes sharing safe.
 //   - Connection-aware complexity: a connection field costs its children
 //     times the page size it asks for, and nodes(ids:) the number of ids.
 type execSchema struct {
@@ -48,9 +49,44 @@ type execSchema struct {
 	// key: 5,000 dashboards of one user on one business need one query
 	// per interval, not 5,000 on the same event.
 	recent *recentChecks
+	// exec is what rendering needs of the executor's operation contexts,
+	// the same for every operation: taken from the first subscription.
+	exec atomic.Pointer[execSettings]
 }
 
-type runKey struct{}
+// execSettings are the executor's parts of an OperationContext.
+type execSettings struct {
+	disableIntrospection bool
+	recoverFunc          graphql.RecoverFunc
+	// fields is the executor's field middleware, except around the root
+	// field: rendering resolves voucherUpdated again only to hand the
+	// generated code the event (see renderKey), and the middleware (rate
+	// limits' subscription slot, for one) has run once, at subscribe.
+	fields graphql.FieldMiddleware
+	root   graphql.RootFieldMiddleware
+}
+
+func newExecSettings(oc *graphql.OperationContext) *execSettings {
+	mw := oc.ResolverMiddleware
+	return &execSettings{
+		disableIntrospection: oc.DisableIntrospection,
+		recoverFunc:          oc.RecoverFunc,
+		root:                 oc.RootResolverMiddleware,
+		fields: func(ctx context.Context, next graphql.Resolver) (any, error) {
+			if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Object == "Subscription" {
+				return next(ctx)
+			}
+			return mw(ctx, next)
+		},
+	}
+}
+
+// runKey carries the *subRun a subscribe fills in; renderKey carries the
+// *ent.Voucher a rendering hands to the generated code.
+type (
+	runKey    struct{}
+	renderKey struct{}
+)
 
 // recentChecks remembers when a caller was last found allowed to follow a
 // key. A check younger than half the re-check interval stands in for a new
@@ -88,25 +124,43 @@ func (c *recentChecks) mark(key string, within time.Duration) {
 }
 
 // Exec implements graphql.ExecutableSchema.
+//
+// A voucherUpdated subscription runs the generated code once, to resolve
+// (subscribe) with gqlgen's argument handling, middleware and errors, and
+// then drops what gqlgen built for the operation: the executor's field
+// contexts and CollectFields cache, the OperationContext with its
+// variables and statistics. An idle subscription keeps its hub mailbox,
+// the parsed operation (shared with every subscriber of the same query
+// text through the query cache), its selection's fingerprint (interned)
+// and, only when its selection is not shareable, its variables; each
+// rendering builds gqlgen's state afresh (produce).
 func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
 		return e.ExecutableSchema.Exec(ctx)
 	}
-	run := &subRun{present: e.present, recheck: e.recheck, recent: e.recent}
+	run := &subRun{e: e}
 	inner := e.ExecutableSchema.Exec(context.WithValue(ctx, runKey{}, run))
 	if run.sub == nil {
 		// The resolver failed (its error is already recorded) or this is
 		// not voucherUpdated.
 		return inner
 	}
-	run.inner = inner
-	run.key = fingerprint(oc, e.Schema())
+	if e.exec.Load() == nil {
+		e.exec.CompareAndSwap(nil, newExecSettings(oc))
+	}
+	run.doc, run.op = oc.Doc, oc.Operation
+	if key := fingerprint(oc, e.Schema()); key != "" {
+		run.shape = unique.Make(key)
+	} else {
+		// Directives or nested arguments may read them.
+		run.vars = oc.Variables
+	}
 	// On the websocket transport the subscription holds no goroutine while
 	// it waits: the hub says when an event is queued, and the transport
 	// then calls next, which takes it without waiting.
 	if ready := wstransport.ReadyFromContext(ctx); ready != nil {
-		run.idle = wstransport.IdleResponse(ctx)
+		run.lean = true
 		run.sub.Notify(ready)
 	}
 	return run.next
@@ -148,35 +202,39 @@ func asInt(v any) (int, bool) {
 	return 0, false
 }
 
-// subRun is one voucherUpdated subscription: its hub mailbox and what it
-// has sent. After Exec only the caller of next touches it, one call at a
-// time (a goroutine waiting in next, or the websocket transport's worker).
+// subRun is one voucherUpdated subscription: its hub mailbox, what it has
+// sent, and what rendering needs. After Exec only the caller of next
+// touches it, one call at a time (the websocket transport's worker, or a
+// goroutine waiting in next).
 type subRun struct {
-	present graphql.ErrorPresenterFunc
-	recheck time.Duration
-	inner   graphql.ResponseHandler
-	out     chan *ent.Voucher
-	key     string
+	e   *execSchema
+	r   *Resolver
+	sub *pubsub.Subscription
+	// kind and key are what the subscription follows.
+	kind pubsub.Kind
+	// lean: the transport calls next when the hub has queued something;
+	// next never waits.
+	lean bool
+	key  string
+	last int
+	// checked is when visibility was last checked (monoNow).
+	checked int64
+	initial *pubsub.Event
 
-	sub       *pubsub.Subscription
-	kind      pubsub.Kind
-	initial   *pubsub.Event
-	last      int
-	authorize func(context.Context) error
-	checked   time.Time
-	// checkKey names (kind, key, caller) in recent.
-	checkKey string
-	recent   *recentChecks
-
-	// idle is what next returns when the transport woke it but nothing is
-	// worth sending; nil when next may wait instead.
-	idle *graphql.Response
+	// The operation, to render with: shared, read-only.
+	doc *ast.QueryDocument
+	op  *ast.OperationDefinition
+	// shape is the selection's fingerprint; zero when not shareable, and
+	// then vars holds the operation's variables.
+	shape unique.Handle[string]
+	vars  map[string]any
 }
 
 // next is the subscription's response handler: it waits for the next
 // event worth sending and returns it rendered. Driven by the websocket
-// transport (idle set) it never waits: it is called when the hub has
-// queued something, and returns idle when that was not worth sending.
+// transport (lean) it never waits: it is called when the hub has queued
+// something, and returns the transport's idle response when that was not
+// worth sending.
 func (run *subRun) next(ctx context.Context) *graphql.Response {
 	for {
 		ev := run.initial
@@ -184,7 +242,7 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 			run.initial = nil
 		} else {
 			var err error
-			if run.idle != nil {
+			if run.lean {
 				ev, err = run.sub.TryNext()
 			} else {
 				ev, err = run.sub.Next(ctx)
@@ -194,7 +252,7 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 				return nil
 			}
 			if ev == nil {
-				return run.idle // nothing now; the hub calls back
+				return wstransport.IdleResponse(ctx) // nothing now; the hub calls back
 			}
 		}
 		v := ev.Voucher
@@ -206,42 +264,53 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 			}
 			run.last = v.Version
 		}
-		if time.Since(run.checked) > run.recheck {
-			if run.recent == nil || !run.recent.fresh(run.checkKey, run.recheck/2) {
-				if err := run.authorize(ctx); err != nil {
-					run.fail(ctx, err)
-					return nil
-				}
-				if run.recent != nil {
-					run.recent.mark(run.checkKey, run.recheck/2)
-				}
+		if now := monoNow(); time.Duration(now-run.checked) > run.e.recheck {
+			if err := run.recheck(ctx); err != nil {
+				run.fail(ctx, err)
+				return nil
 			}
-			run.checked = time.Now()
+			run.checked = monoNow()
 		}
 		return run.render(ctx, ev)
 	}
 }
 
-func (run *subRun) render(ctx context.Context, ev *pubsub.Event) *graphql.Response {
-	var own *graphql.Response
-	produce := func() *graphql.Response {
-		select { // the generated reader took the last one, unless ctx ended
-		case <-run.out:
-		default:
+// recheck checks again that the caller may follow what it follows, unless
+// another subscription of the same caller to the same key just did.
+func (run *subRun) recheck(ctx context.Context) error {
+	recent, within := run.e.recent, run.e.recheck/2
+	var checkKey string
+	if recent != nil {
+		var caller string
+		if p := auth.FromContext(ctx); p != nil {
+			caller = p.ID
 		}
-		run.out <- ev.Voucher
-		return run.inner(ctx)
+		checkKey = strconv.Itoa(int(run.kind)) + "|" + run.key + "|" + caller
+		if recent.fresh(checkKey, within) {
+			return nil
+		}
 	}
-	if run.key == "" {
-		return produce()
+	if err := run.r.authorize(ctx, run.kind, run.key); err != nil {
+		return err
 	}
-	data, ok := ev.Render(run.key, func() ([]byte, bool) {
-		own = produce()
+	if recent != nil {
+		recent.mark(checkKey, within)
+	}
+	return nil
+}
+
+func (run *subRun) render(ctx context.Context, ev *pubsub.Event) *graphql.Response {
+	if run.shape == (unique.Handle[string]{}) {
+		return run.produce(ctx, ev.Voucher)
+	}
+	var own *graphql.Response
+	data, ok := ev.Render(run.shape.Value(), func() ([]byte, bool) {
+		own = run.produce(ctx, ev.Voucher)
 		if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
 			return nil, false
 		}
-		// gqlgen reuses its buffer for the next event: keep a copy.
-		return bytes.Clone(own.Data), true
+		// produce's buffer is its own: nothing writes to it again.
+		return own.Data, true
 	})
 	switch {
 	case own != nil:
@@ -249,9 +318,38 @@ func (run *subRun) render(ctx context.Context, ev *pubsub.Event) *graphql.Respon
 	case ok:
 		return &graphql.Response{Data: data}
 	default:
-		return produce()
+		return run.produce(ctx, ev.Voucher)
 	}
 }
+
+// produce renders v for this subscription with gqlgen's generated code,
+// from a fresh OperationContext: the generated executor resolves
+// voucherUpdated again, this time handing it v (renderKey), and marshals
+// the selection. Errors go to ctx's response context, as for any field.
+// Cancellation is left out: rendering does no I/O, and it would give
+// every rendered subscription's context a Done channel to keep.
+func (run *subRun) produce(ctx context.Context, v *ent.Voucher) *graphql.Response {
+	x := run.e.exec.Load()
+	oc := &graphql.OperationContext{
+		RawQuery:               "-", // not kept; nothing reads it
+		Variables:              run.vars,
+		OperationName:          run.op.Name,
+		Doc:                    run.doc,
+		Operation:              run.op,
+		DisableIntrospection:   x.disableIntrospection,
+		RecoverFunc:            x.recoverFunc,
+		ResolverMiddleware:     x.fields,
+		RootResolverMiddleware: x.root,
+	}
+	ctx = graphql.WithOperationContext(context.WithValue(context.WithoutCancel(ctx), renderKey{}, v), oc)
+	return run.e.ExecutableSchema.Exec(ctx)(ctx)
+}
+
+// monoNow is a monotonic clock reading in nanoseconds: a subscription's
+// last check in 8 bytes instead of a time.Time's 24.
+func monoNow() int64 { return int64(time.Since(monoOrigin)) }
+
+var monoOrigin = time.Now()
 
 // fail ends the subscription with err, which the transport sends as an
 // "error" message (extensions.code as everywhere else). An ended context
@@ -266,11 +364,22 @@ func (run *subRun) fail(ctx context.Context, err error) {
 	case errors.Is(err, pubsub.ErrClosed):
 		err = apperr.New(apperr.Unavailable, "the server is shutting down; subscribe again")
 	}
-	wstransport.AddSubscriptionError(ctx, run.present(ctx, err))
+	wstransport.AddSubscriptionError(ctx, run.e.present(ctx, err))
 }
 
-// subscribeVouchers starts a voucherUpdated subscription for the resolver.
+// noVouchers is the stream the resolver returns to the generated code
+// when subscribing: the subscription sends through subRun, and renders
+// through a stream of its own (produce), so nothing reads this one.
+var noVouchers = make(chan *ent.Voucher)
+
+// subscribeVouchers starts a voucherUpdated subscription for the resolver,
+// or hands a rendering its voucher.
 func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, businessID *string) (<-chan *ent.Voucher, error) {
+	if v, ok := ctx.Value(renderKey{}).(*ent.Voucher); ok {
+		ch := make(chan *ent.Voucher, 1)
+		ch <- v
+		return ch, nil
+	}
 	run, _ := ctx.Value(runKey{}).(*subRun)
 	if run == nil || wstransport.ConnFromContext(ctx) == nil {
 		return nil, apperr.New(apperr.ValidationFailed, "subscriptions are served over a websocket on /graphql")
@@ -292,53 +401,63 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 		return nil, apperr.Invalid("id", "give exactly one of id, sessionId and businessId")
 	}
 	var (
-		kind      pubsub.Kind
-		key       string
-		authorize func(context.Context) error
+		kind pubsub.Kind
+		key  string
 	)
 	switch {
 	case id != nil:
 		kind, key = pubsub.ByVoucher, *id
-		authorize = func(ctx context.Context) error { _, err := r.Vouchers.Get(ctx, key); return err }
 	case sessionID != nil:
-		// Only the session's payer: Get admits its owner alone.
 		kind, key = pubsub.BySession, *sessionID
-		authorize = func(ctx context.Context) error { _, err := r.Sessions.Get(ctx, key); return err }
 	default:
 		kind, key = pubsub.ByBusiness, *businessID
-		authorize = func(ctx context.Context) error {
-			p, err := auth.RequireUser(ctx)
-			if err != nil {
-				return err
-			}
-			_, _, err = business.Membership(ctx, r.Client, key, p.ID)
-			return err
-		}
 	}
 	// Follow first, then read the current state: a change committed in
 	// between arrives too, and the version check drops what is not newer.
 	sub := r.Hub.Subscribe(kind, key)
-	var once sync.Once
-	cleanup := func() { once.Do(sub.Close) }
-	stop := context.AfterFunc(ctx, cleanup)
-	fail := func(err error) (<-chan *ent.Voucher, error) {
-		stop()
-		cleanup()
-		return nil, err
-	}
 	if kind == pubsub.ByVoucher {
-		v, err := r.Vouchers.Get(ctx, key)
+		v, err := r.Vouchers.Get(context.WithoutCancel(ctx), key)
 		if err != nil {
-			return fail(err)
+			sub.Close()
+			return nil, err
 		}
 		run.initial = &pubsub.Event{Voucher: v}
-	} else if err := authorize(ctx); err != nil {
-		return fail(err)
+	} else if err := r.authorize(ctx, kind, key); err != nil {
+		sub.Close()
+		return nil, err
 	}
-	run.sub, run.kind, run.authorize, run.checked = sub, kind, authorize, time.Now()
-	run.checkKey = strconv.Itoa(int(kind)) + "|" + key + "|" + p.ID
-	run.out = make(chan *ent.Voucher, 1)
-	return run.out, nil
+	// The mailbox closes when the operation ends. The transport's hook,
+	// unlike context.AfterFunc, keeps nothing of ctx (the field and
+	// operation contexts under it) alive meanwhile.
+	if !wstransport.OnEnd(ctx, sub.Close) {
+		context.AfterFunc(ctx, sub.Close)
+	}
+	run.r, run.sub, run.kind, run.key, run.checked = r, sub, kind, key, monoNow()
+	return noVouchers, nil
+}
+
+// authorize checks that the caller in ctx may follow key.
+//
+// The query runs to its end even if the operation ends meanwhile (it is
+// short): a query under the operation's context would give that context a
+// Done channel and a children map, which an idle subscription would then
+// carry for the rest of its life. Voucher loads at subscribe do the same.
+func (r *Resolver) authorize(ctx context.Context, kind pubsub.Kind, key string) error {
+	ctx = context.WithoutCancel(ctx)
+	var err error
+	switch kind {
+	case pubsub.ByVoucher:
+		_, err = r.Vouchers.Get(ctx, key)
+	case pubsub.BySession:
+		// Only the session's payer: Get admits its owner alone.
+		_, err = r.Sessions.Get(ctx, key)
+	default:
+		var p *auth.Principal
+		if p, err = auth.RequireUser(ctx); err == nil {
+			_, _, err = business.Membership(ctx, r.Client, key, p.ID)
+		}
+	}
+	return err
 }
 
 // fingerprint names what a subscription's selection renders to: the

@@ -24,6 +24,22 @@ func ConnFromContext(ctx context.Context) *Conn {
 	return c
 }
 
+// connValues is the base of a connection's context: the upgrade request's
+// values plus the connection (connKey), without the request's
+// cancellation. Like opValues, it takes no allocation.
+type connValues struct{ c *Conn }
+
+func (connValues) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (connValues) Done() <-chan struct{}       { return nil }
+func (connValues) Err() error                  { return nil }
+func (v connValues) Value(key any) any {
+	if key == (connKey{}) {
+		return v.c
+	}
+	return v.c.req.Value(key)
+}
+func (connValues) String() string { return "wstransport connection" }
+
 // Conn is one websocket connection. Its exported methods are safe for
 // concurrent use.
 type Conn struct {
@@ -33,7 +49,8 @@ type Conn struct {
 	exec    graphql.GraphExecutor
 	legacy  bool
 
-	ctx    context.Context // the connection's own context (values of the upgrade request)
+	req    context.Context // the upgrade request's context, for its values
+	ctx    context.Context // the connection's own context (connValues, with an end of its own)
 	cancel context.CancelFunc
 	hooks  []func() // run when the connection ends (ReleaseOnClose)
 
@@ -41,11 +58,12 @@ type Conn struct {
 
 	// Under mu.
 	mu           sync.Mutex
-	opCtx        context.Context // what InitFunc returned, uncancelable; operations derive from it
+	opCtx        context.Context // what InitFunc returned; operations take its values (opValues)
 	initReceived bool
 	inited       bool
 	ops          []*op
 	readyOps     []*op
+	recoverFn    graphql.RecoverFunc // the operations' (their executor's)
 	timerDue     bool
 	scheduled    bool // in the worker pool's queue, or being worked on
 	torn         bool // teardown ran: nothing may be scheduled any more
@@ -182,7 +200,7 @@ func (c *Conn) handle(m *inMsg, start time.Time) {
 		c.handleInit(m.Payload)
 	case m.Type == "ping" && !c.legacy:
 		if len(m.Payload) > 0 && string(m.Payload) != "null" {
-			c.write(appendMsg(nil, "pong", nil, m.Payload))
+			c.write(appendMsg(nil, "pong", "", m.Payload))
 		} else {
 			c.write(msgPong)
 		}
@@ -217,7 +235,7 @@ func (c *Conn) connectionError(msg string) {
 		return
 	}
 	p, _ := json.Marshal(map[string]string{"message": msg})
-	c.write(appendMsg(nil, "connection_error", nil, p))
+	c.write(appendMsg(nil, "connection_error", "", p))
 }
 
 func (c *Conn) handleInit(payload json.RawMessage) {
@@ -251,10 +269,8 @@ func (c *Conn) handleInit(payload json.RawMessage) {
 		}
 	}
 	c.mu.Lock()
-	// Operations end through their own cancel (teardown cancels each), so
-	// their parent need not be cancelable: that spares every connection
-	// the children map and done channel a cancelable parent would get.
-	c.opCtx = context.WithoutCancel(ctx)
+	// Operations take its values, not its cancellation (opValues).
+	c.opCtx = ctx
 	c.inited = true
 	c.initDeadline = time.Time{}
 	if c.t.opts.KeepAlive > 0 {
@@ -268,7 +284,7 @@ func (c *Conn) handleInit(payload json.RawMessage) {
 			c.closeWith(CloseInternalError, "internal error")
 			return
 		}
-		c.write(appendMsg(nil, "connection_ack", nil, b))
+		c.write(appendMsg(nil, "connection_ack", "", b))
 	} else {
 		c.write(msgAck)
 	}
@@ -399,14 +415,20 @@ func (c *Conn) teardown(err error) {
 	c.torn = true
 	ops := c.ops
 	c.ops, c.readyOps = nil, nil
-	for _, o := range ops {
+	type ending struct {
+		end     func()
+		counted bool
+	}
+	ends := make([]ending, len(ops))
+	for i, o := range ops {
 		o.finished = true
+		ends[i] = ending{o.onEnd, o.counted}
+		o.onEnd = nil
 	}
 	c.rescheduleLocked()
 	c.mu.Unlock()
-	for _, o := range ops {
-		c.t.endOp(o)
-		o.cancel()
+	for i, o := range ops {
+		c.t.endOp(o, ends[i].end, ends[i].counted)
 	}
 	c.cancel()
 	c.t.unregister(c)

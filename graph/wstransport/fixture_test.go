@@ -98,23 +98,27 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	case "failing":
 		m := s.broker.subscribe(topic)
 		context.AfterFunc(ctx, m.close)
-		ready, idle := wstransport.ReadyFromContext(ctx), wstransport.IdleResponse(ctx)
-		m.setNotify(ready)
+		m.setNotify(wstransport.ReadyFromContext(ctx))
 		return func(ctx context.Context) *graphql.Response {
 			if _, ok, _ := m.try(); !ok {
-				return idle
+				return wstransport.IdleResponse(ctx)
 			}
 			wstransport.AddSubscriptionError(ctx, present(ctx, &codedError{"limit_exceeded", "fell behind"}))
 			return nil
 		}
 	}
 	m := s.broker.subscribe(topic)
-	context.AfterFunc(ctx, m.close)
 	var ready func()
-	var idle *graphql.Response
 	if f.Name == "events" {
-		ready, idle = wstransport.ReadyFromContext(ctx), wstransport.IdleResponse(ctx)
+		// Lean: the mailbox closes through the transport's hook (failing's
+		// through context.AfterFunc, which works for lean ones too).
+		ready = wstransport.ReadyFromContext(ctx)
 		m.setNotify(ready)
+		if !wstransport.OnEnd(ctx, m.close) {
+			panic("OnEnd outside the transport")
+		}
+	} else {
+		context.AfterFunc(ctx, m.close)
 	}
 	return func(ctx context.Context) *graphql.Response {
 		for {
@@ -127,7 +131,7 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 			case ok:
 				return render(v)
 			case ready != nil:
-				return idle
+				return wstransport.IdleResponse(ctx)
 			}
 			select {
 			case <-m.wake:

@@ -16,31 +16,58 @@ import (
 type opKey struct{}
 
 // op is one running operation (subscribe / start) on a connection.
+//
+// A lean operation (ReadyFromContext) lives for as long as its client
+// follows it, mostly idle, so it keeps as little as it can: not the
+// OperationContext nor the context DispatchOperation returned (its handler
+// is called with ctx), no idle response between calls.
 type op struct {
-	c      *Conn
+	c *Conn
+	// id is the client's operation id as a JSON string (quoted), the form
+	// every message carries it in.
 	id     string
-	idJSON []byte
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	// Set once by runOp under c.mu, before the first readiness signal is
 	// acted on; read-only afterwards.
-	h    graphql.ResponseHandler
-	rctx context.Context
-	rc   *graphql.OperationContext
+	h graphql.ResponseHandler
 
 	// Under c.mu.
 	lean     bool // the handler signals readiness (ReadyFromContext)
+	counted  bool // in Stats.LeanOperations
 	queued   bool // in c.readyOps
 	finished bool
 	silent   bool // ended by a new start with its id (legacy): no complete
 
 	ready func()
-	idle  graphql.Response
-	// errs are AddSubscriptionError's, touched only by the goroutine
-	// running the handler.
+	onEnd func() // OnEnd's, run once when the operation ends
+	// idle is the response IdleResponse gave the handler call in
+	// progress. It and errs (AddSubscriptionError's) are touched only by
+	// the goroutine running the handler, or by the resolver before the
+	// handler first runs.
+	idle *graphql.Response
 	errs []*gqlerror.Error
 }
+
+// opValues is an operation's context under its cancellation: the values
+// of the connection's InitFunc context plus the operation itself (opKey),
+// and none of that context's cancellation (operations end through their
+// own cancel; teardown cancels each). Being a pointer in a struct it
+// becomes a context.Context without an allocation, sparing each operation
+// the context.WithValue and WithoutCancel layers it would otherwise take.
+type opValues struct{ o *op }
+
+func (opValues) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (opValues) Done() <-chan struct{}       { return nil }
+func (opValues) Err() error                  { return nil }
+func (v opValues) Value(key any) any {
+	if key == (opKey{}) {
+		return v.o
+	}
+	return v.o.c.opCtx.Value(key)
+}
+func (v opValues) String() string { return "wstransport operation " + v.o.id }
 
 func opFrom(ctx context.Context) *op {
 	o, _ := ctx.Value(opKey{}).(*op)
@@ -61,6 +88,14 @@ func opFrom(ctx context.Context) *op {
 // signal (signals coalesce), never concurrently. It returns nil outside
 // this transport, where the handler must block as usual. The func may be
 // called from any goroutine and never blocks.
+//
+// So that an idle subscription keeps none of gqlgen's per-operation state,
+// the transport does not keep the OperationContext or the context
+// DispatchOperation returned: the handler is called with the operation's
+// own context (ended when the operation ends; it carries the connection's
+// values, the InitFunc's, and this package's), under gqlgen's response
+// context. A handler that needs an OperationContext (to run the generated
+// executor) builds one when it renders, from what it kept.
 func ReadyFromContext(ctx context.Context) func() {
 	o := opFrom(ctx)
 	if o == nil {
@@ -76,13 +111,46 @@ func ReadyFromContext(ctx context.Context) func() {
 }
 
 // IdleResponse is what a handler that signals readiness returns when it
-// was called but has nothing to send (it skipped a stale event). Nil
-// outside this transport.
+// was called but has nothing to send (it skipped a stale event). Call it
+// from the handler each time, as it returns: the response is good for that
+// one call (the executor's wrapper writes into it, and an idle operation
+// keeps none). Nil outside this transport.
 func IdleResponse(ctx context.Context) *graphql.Response {
-	if o := opFrom(ctx); o != nil {
-		return &o.idle
+	o := opFrom(ctx)
+	if o == nil {
+		return nil
 	}
-	return nil
+	o.idle = &graphql.Response{}
+	return o.idle
+}
+
+// OnEnd arranges for f to run once, when the operation ctx belongs to ends:
+// it completes, fails, is stopped by its client, or its connection closes
+// (at once, on the caller's goroutine, if it has already ended). Functions
+// registered several times run last first. It is the transport's
+// context.AfterFunc for what an operation holds (a hub subscription), but
+// keeps neither ctx (with the resolver's field and operation contexts
+// under it) nor a goroutine or cancel registration alive while the
+// operation idles. f must not block. It reports false, registering
+// nothing, outside this transport.
+func OnEnd(ctx context.Context, f func()) bool {
+	o := opFrom(ctx)
+	if o == nil {
+		return false
+	}
+	o.c.mu.Lock()
+	if o.finished {
+		o.c.mu.Unlock()
+		f()
+		return true
+	}
+	if prev := o.onEnd; prev != nil {
+		o.onEnd = func() { f(); prev() }
+	} else {
+		o.onEnd = f
+	}
+	o.c.mu.Unlock()
+	return true
 }
 
 // AddSubscriptionError records an error to end the subscription with: once
@@ -159,8 +227,8 @@ func (c *Conn) startOp(m *inMsg, start time.Time) {
 		c.write(appendMsg(nil, "complete", id, nil))
 		return
 	}
-	o := &op{c: c, id: m.ID, idJSON: quoteID(m.ID)}
-	o.ctx, o.cancel = context.WithCancel(context.WithValue(c.opCtx, opKey{}, o))
+	o := &op{c: c, id: quoteID(m.ID)}
+	o.ctx, o.cancel = context.WithCancel(opValues{o})
 	c.ops = append(c.ops, o)
 	c.mu.Unlock()
 	if replaced != nil {
@@ -186,8 +254,12 @@ func (c *Conn) stopOp(id string) {
 }
 
 func (c *Conn) findLocked(id string) *op {
+	if len(c.ops) == 0 {
+		return nil
+	}
+	q := quoteID(id)
 	for _, o := range c.ops {
-		if o.id == id && !o.silent {
+		if o.id == q && !o.silent {
 			return o
 		}
 	}
@@ -229,7 +301,11 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 	var rc *graphql.OperationContext
 	defer func() {
 		if r := recover(); r != nil {
-			c.recovered(o, rc, ctx, r)
+			var rf graphql.RecoverFunc
+			if rc != nil {
+				rf = rc.RecoverFunc
+			}
+			c.recovered(o, rf, ctx, r)
 		}
 	}()
 	params := &graphql.RawParams{}
@@ -257,12 +333,21 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 	ctx = graphql.WithOperationContext(ctx, rc)
 	h, rctx := c.exec.DispatchOperation(ctx, rc)
 	c.mu.Lock()
-	o.h, o.rctx, o.rc = h, rctx, rc
+	o.h = h
+	if c.recoverFn == nil {
+		c.recoverFn = rc.RecoverFunc
+	}
 	lean := o.lean
+	o.counted = lean && !o.finished // not when teardown came first
+	counted := o.counted
 	c.mu.Unlock()
 	if lean {
-		c.t.lean.Add(1)
-		c.ready(o) // the first call: a current state, or an early event
+		// From here on the handler runs with o.ctx: rc, rctx and what
+		// hangs off them are garbage once this returns.
+		if counted {
+			c.t.lean.Add(1)
+			c.ready(o) // the first call: a current state, or an early event
+		}
 		return
 	}
 	for {
@@ -270,7 +355,7 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 		if resp == nil {
 			break
 		}
-		c.sendResponse(o.idJSON, resp)
+		c.sendResponse(o.id, resp)
 	}
 	c.finish(o)
 }
@@ -279,7 +364,10 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 func (c *Conn) drain(o *op) {
 	defer func() {
 		if r := recover(); r != nil {
-			c.recovered(o, o.rc, o.rctx, r)
+			c.mu.Lock()
+			rf := c.recoverFn
+			c.mu.Unlock()
+			c.recovered(o, rf, o.ctx, r)
 		}
 	}()
 	for {
@@ -287,24 +375,26 @@ func (c *Conn) drain(o *op) {
 			c.finish(o)
 			return
 		}
-		resp := o.h(o.rctx)
-		switch resp {
-		case nil:
+		resp := o.h(o.ctx)
+		idle := o.idle
+		o.idle = nil
+		switch {
+		case resp == nil:
 			c.finish(o)
 			return
-		case &o.idle:
+		case resp == idle:
 			return
 		}
-		c.sendResponse(o.idJSON, resp)
+		c.sendResponse(o.id, resp)
 	}
 }
 
 // recovered reports a panic in an operation as gqlgen does: an error
 // message, then the operation ends.
-func (c *Conn) recovered(o *op, rc *graphql.OperationContext, ctx context.Context, r any) {
+func (c *Conn) recovered(o *op, rf graphql.RecoverFunc, ctx context.Context, r any) {
 	var err error
-	if rc != nil {
-		err = rc.Recover(ctx, r)
+	if rf != nil {
+		err = graphql.ErrorOnPath(ctx, rf(ctx, r)) // OperationContext.Recover
 	} else {
 		err = graphql.DefaultRecover(ctx, r)
 	}
@@ -315,7 +405,7 @@ func (c *Conn) recovered(o *op, rc *graphql.OperationContext, ctx context.Contex
 			gerr.Message = err.Error()
 		}
 	}
-	c.sendErrors(o.idJSON, gqlerror.List{gerr})
+	c.sendErrors(o.id, gqlerror.List{gerr})
 	c.finish(o)
 }
 
@@ -326,11 +416,11 @@ func (c *Conn) endEarly(o *op, kind string, resp *graphql.Response) {
 		return
 	}
 	if kind == "error" {
-		c.sendErrors(o.idJSON, resp.Errors)
+		c.sendErrors(o.id, resp.Errors)
 	} else {
-		c.sendResponse(o.idJSON, &graphql.Response{Errors: resp.Errors})
+		c.sendResponse(o.id, &graphql.Response{Errors: resp.Errors})
 	}
-	c.write(appendMsg(nil, "complete", o.idJSON, nil))
+	c.write(appendMsg(nil, "complete", o.id, nil))
 }
 
 // finish ends an operation whose stream is over: an "error" message when
@@ -340,10 +430,10 @@ func (c *Conn) finish(o *op) {
 		return
 	}
 	if len(o.errs) > 0 {
-		c.sendErrors(o.idJSON, o.errs)
+		c.sendErrors(o.id, o.errs)
 		return
 	}
-	c.write(appendMsg(nil, "complete", o.idJSON, nil))
+	c.write(appendMsg(nil, "complete", o.id, nil))
 }
 
 // detach marks o finished and forgets it; ok is false when it already
@@ -356,17 +446,25 @@ func (c *Conn) detach(o *op) (ok, silent bool) {
 	}
 	o.finished = true
 	silent = o.silent
+	end, counted := o.onEnd, o.counted
+	o.onEnd = nil
 	c.removeLocked(o)
 	c.mu.Unlock()
-	c.t.endOp(o)
-	o.cancel()
+	c.t.endOp(o, end, counted)
 	return true, silent
 }
 
-func (t *Transport) endOp(o *op) {
+// endOp ends a finished operation: its context, its counters and its
+// OnEnd functions. end and counted are read under c.mu together with
+// finished being set.
+func (t *Transport) endOp(o *op, end func(), counted bool) {
 	t.ops.Add(-1)
-	if o.lean && o.h != nil {
+	if counted {
 		t.lean.Add(-1)
+	}
+	o.cancel()
+	if end != nil {
+		end()
 	}
 }
 
@@ -380,7 +478,7 @@ func (c *Conn) dataType() string {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-func (c *Conn) sendResponse(id []byte, resp *graphql.Response) {
+func (c *Conn) sendResponse(id string, resp *graphql.Response) {
 	bp := bufPool.Get().(*[]byte)
 	b := appendMsgHead((*bp)[:0], c.dataType(), id)
 	b, err := appendResponse(b, resp)
@@ -395,7 +493,7 @@ func (c *Conn) sendResponse(id []byte, resp *graphql.Response) {
 	}
 }
 
-func (c *Conn) sendErrors(id []byte, errs gqlerror.List) {
+func (c *Conn) sendErrors(id string, errs gqlerror.List) {
 	p, err := json.Marshal(errs)
 	if err != nil {
 		c.t.opts.Log.Error("graphql websocket: cannot encode errors", "err", err.Error())
@@ -406,24 +504,24 @@ func (c *Conn) sendErrors(id []byte, errs gqlerror.List) {
 
 // appendMsgHead starts {"type":typ,"id":id,"payload": — the caller appends
 // the payload and the closing brace.
-func appendMsgHead(b []byte, typ string, id []byte) []byte {
+func appendMsgHead(b []byte, typ string, id string) []byte {
 	b = append(b, `{"type":"`...)
 	b = append(b, typ...)
 	b = append(b, '"')
-	if id != nil {
+	if id != "" {
 		b = append(b, `,"id":`...)
 		b = append(b, id...)
 	}
 	return append(b, `,"payload":`...)
 }
 
-// appendMsg encodes a whole message; payload and id may be nil.
-func appendMsg(b []byte, typ string, id []byte, payload []byte) []byte {
+// appendMsg encodes a whole message; payload may be nil and id empty.
+func appendMsg(b []byte, typ string, id string, payload []byte) []byte {
 	if payload == nil {
 		b = append(b, `{"type":"`...)
 		b = append(b, typ...)
 		b = append(b, '"')
-		if id != nil {
+		if id != "" {
 			b = append(b, `,"id":`...)
 			b = append(b, id...)
 		}
@@ -454,7 +552,7 @@ func appendResponse(b []byte, resp *graphql.Response) ([]byte, error) {
 	return append(b, p...), nil
 }
 
-func quoteID(id string) []byte {
+func quoteID(id string) string {
 	b, _ := json.Marshal(id) // a string always encodes
-	return b
+	return string(b)
 }

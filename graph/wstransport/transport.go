@@ -16,8 +16,11 @@
 //   - A subscription whose resolver opts in with ReadyFromContext holds no
 //     goroutine: it signals readiness when an event is queued, and a small
 //     bounded worker pool calls its graphql.ResponseHandler (which then
-//     returns at once) and writes the frame. Operations that do not opt in
-//     (queries, other subscriptions) run on a goroutine each, as in gqlgen.
+//     returns at once) and writes the frame. Nor does it keep gqlgen's
+//     per-operation state: its handler runs with the operation's own
+//     context, and OnEnd releases what it holds when it ends. Operations
+//     that do not opt in (queries, other subscriptions) run on a goroutine
+//     each, as in gqlgen.
 //
 // Close codes are first-class: an InitFunc refuses a connection with a
 // CloseError (4403 by default), and Conn.Close / Conn.CloseAt end one with
@@ -230,7 +233,8 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 	// The request's context ends when this handler returns; the
 	// connection keeps its values (principal, request id, limiter state)
 	// and gets its own end.
-	c.ctx, c.cancel = context.WithCancel(context.WithValue(context.WithoutCancel(r.Context()), connKey{}, c))
+	c.req = r.Context()
+	c.ctx, c.cancel = context.WithCancel(connValues{c})
 	c.hooks = adoptHolds(r.Context())
 	if srv, ok := r.Context().Value(http.ServerContextKey).(*http.Server); ok {
 		t.watch(srv)

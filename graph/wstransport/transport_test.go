@@ -424,7 +424,7 @@ func TestShutdown(t *testing.T) {
 	if st := s.tr.Stats(); st.Connections != 0 || st.Operations != 0 {
 		t.Fatalf("after shutdown: %+v", st)
 	}
-	// The resolvers' cleanups run from context.AfterFunc, on their own.
+	// The resolvers' cleanups (OnEnd) run as the operations end.
 	waitFor(t, 2*time.Second, "subscriptions cleaned up", func() bool { return s.broker.count("s") == 0 })
 	_, resp, err := websocket.DefaultDialer.Dial(s.url, nil)
 	if err == nil || resp == nil || resp.StatusCode != http.StatusServiceUnavailable {
@@ -635,5 +635,13 @@ func TestGoroutinesPerSubscription(t *testing.T) {
 				t.Fatalf("%d goroutines after disconnect, baseline %d", g, base)
 			}
 		})
+	}
+}
+
+// OnEnd is the transport's: outside an operation it registers nothing.
+func TestOnEndOutsideTheTransport(t *testing.T) {
+	ran := false
+	if wstransport.OnEnd(context.Background(), func() { ran = true }) || ran {
+		t.Fatalf("OnEnd outside an operation: registered or ran (%v)", ran)
 	}
 }
