@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime/pprof"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -81,6 +82,7 @@ func runBench(args []string, log *slog.Logger) error {
 		only      = fs.String("only", "", "comma-separated groups: transitions,read,lifecycle,webhooks,subscriptions (default all)")
 		profile   = fs.Bool("profile", false, "capture pprof CPU and allocation profiles of the service per scenario (needs VOUCHER_PPROF_ADDR support)")
 		timeout   = fs.Duration("timeout", 15*time.Minute, "give up after this long")
+		selfProf  = fs.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file (what the harness costs the machine)")
 	)
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -114,6 +116,17 @@ func runBench(args []string, log *slog.Logger) error {
 	}
 	if _, err := os.Stat(vd); err != nil {
 		return fmt.Errorf("service binary: %w (run make bench, which builds it)", err)
+	}
+	if *selfProf != "" {
+		f, err := os.Create(*selfProf)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
