@@ -358,7 +358,8 @@ func (a *App) Shutdown(ctx context.Context) error {
 // every replica's changes here, so a change on any replica reaches this
 // one's subscribers; rows from notifications get the same read model as
 // loaded vouchers. The notifier starts first so that the other replicas
-// know this one before it commits anything.
+// know this one before it commits anything; the listener tells it when
+// other replicas come and go (alone, it sends nothing).
 func (a *App) buildPubsub(ctx context.Context) error {
 	a.sockets, a.closeSockets = context.WithCancel(context.Background())
 	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log, Prepare: voucher.ReadModel(time.Now)})
@@ -370,7 +371,7 @@ func (a *App) buildPubsub(ctx context.Context) error {
 		a.Hub.Close()
 		return err
 	}
-	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica()})
+	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica(), Peers: n})
 	if err != nil {
 		_ = n.Close(ctx)
 		a.Hub.Close()

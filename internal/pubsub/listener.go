@@ -27,11 +27,23 @@ type ListenerOptions struct {
 	// Replica is this process's Notifier's name, whose own liveness
 	// messages are ignored. Empty: every replica is a peer.
 	Replica string
+	// Peers, when set, is told as other replicas appear and when none is
+	// left (this process's Notifier, which sends nothing while alone).
+	Peers PeerWatcher
 	// PeerTimeout is how long a replica may stay silent on ReplicaChannel
 	// before it is taken for dead and what it committed since it was last
 	// heard is resynced (default 5 s, five missed heartbeats).
 	PeerTimeout time.Duration
 	Log         *slog.Logger
+}
+
+// PeerWatcher learns which other replicas the Listener hears.
+type PeerWatcher interface {
+	// PeerJoined: a replica not heard before (or since it was taken for
+	// gone), whose notifier started at started.
+	PeerJoined(started time.Time)
+	// PeersGone: no other replica is heard any more.
+	PeersGone()
 }
 
 // Listener feeds a Hub from PostgreSQL: LISTEN on Channel, every
@@ -160,7 +172,7 @@ func (l *Listener) run(ctx context.Context) {
 		case now := <-check.C:
 			for id, seen := range l.peers {
 				if now.Sub(seen) > l.opts.PeerTimeout {
-					delete(l.peers, id)
+					l.dropPeer(id)
 					log.Warn("pubsub: replica went silent; resyncing what it may not have notified", "replica", id)
 					l.resync(ctx, seen)
 				}
@@ -208,16 +220,35 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 	}
 	switch m.State {
 	case replicaGone:
-		delete(l.peers, m.Replica)
+		l.dropPeer(m.Replica)
 	case replicaGap:
-		l.peers[m.Replica] = time.Now()
+		if _, known := l.peers[m.Replica]; known {
+			l.peers[m.Replica] = time.Now()
+		}
 		if m.Since.IsZero() {
 			m.Since = time.Now()
 		}
-		l.opts.Log.Warn("pubsub: a replica dropped change notifications; resyncing", "replica", m.Replica)
+		l.opts.Log.Info("pubsub: a replica did not notify some changes; resyncing", "replica", m.Replica)
 		l.resync(ctx, m.Since)
 	default:
+		if _, known := l.peers[m.Replica]; !known && l.opts.Peers != nil {
+			started := m.Started
+			if started.IsZero() {
+				started = time.Now()
+			}
+			l.opts.Peers.PeerJoined(started)
+		}
 		l.peers[m.Replica] = time.Now()
+	}
+}
+
+func (l *Listener) dropPeer(id string) {
+	if _, ok := l.peers[id]; !ok {
+		return
+	}
+	delete(l.peers, id)
+	if len(l.peers) == 0 && l.opts.Peers != nil {
+		l.opts.Peers.PeersGone()
 	}
 }
 

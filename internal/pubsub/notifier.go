@@ -37,6 +37,8 @@ const (
 type replicaMessage struct {
 	Replica string `json:"replica"`
 	State   string `json:"state"`
+	// Started (alive only) is when the replica's notifier started.
+	Started time.Time `json:"started,omitzero"`
 	// Since (gap only) is the oldest change whose notification was dropped.
 	Since time.Time `json:"since,omitzero"`
 }
@@ -76,6 +78,15 @@ type NotifierOptions struct {
 // ReplicaChannel; a listener that stops hearing one for PeerTimeout resyncs
 // every change since it last heard it (Hub.Resync), and one that hears a
 // clean goodbye (Close, after the queue was sent) does not need to.
+//
+// A replica alone sends nothing: its own subscribers get its changes in
+// process, and nobody else listens. Its Listener tells it when other
+// replicas appear and disappear (PeerJoined, PeersGone). Changes made while
+// it was alone are not lost to a replica that joins: on the first peer it
+// sends a gap from the later of its first unsent change and the peer's
+// start, so the newcomer resyncs what its subscribers could have missed
+// (the ones it had before it was heard, or all along if it was wrongly
+// taken for dead).
 type Notifier struct {
 	db      *sql.DB
 	replica string
@@ -86,6 +97,11 @@ type Notifier struct {
 	signals map[string]bool
 	gap     time.Time // oldest dropped change, zero when none
 	wake    chan struct{}
+	// peers: another replica is known to listen. skipped: the oldest
+	// change not sent because none was (zero when none).
+	peers   bool
+	skipped time.Time
+	started time.Time
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -130,13 +146,13 @@ func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) 
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	n := &Notifier{
-		db: db, replica: opts.Replica, opts: opts,
+		db: db, replica: opts.Replica, opts: opts, started: time.Now().UTC(),
 		signals: map[string]bool{},
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	if err := n.send(ctx, nil, n.control(replicaAlive, time.Time{})); err != nil {
+	if err := n.send(ctx, nil, n.alive()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("pubsub: notifier: %w", err)
 	}
@@ -170,6 +186,13 @@ func (n *Notifier) Replica() string { return n.replica }
 // while it fits, and no replica has to load it.
 func (n *Notifier) Publish(c VoucherChange) {
 	n.mu.Lock()
+	if !n.peers {
+		if n.skipped.IsZero() {
+			n.skipped = changedAt(c)
+		}
+		n.mu.Unlock()
+		return
+	}
 	if len(n.queue) >= n.opts.MaxQueue {
 		// Keep the newest: the dropped ones are recovered by a resync.
 		dropped := n.queue[0]
@@ -187,9 +210,41 @@ func (n *Notifier) Publish(c VoucherChange) {
 // already waiting), for listeners that only need a wake-up.
 func (n *Notifier) Signal(channel string) {
 	n.mu.Lock()
+	if !n.peers {
+		n.mu.Unlock()
+		return // nobody else to wake
+	}
 	n.signals[channel] = true
 	n.mu.Unlock()
 	n.poke()
+}
+
+// PeerJoined tells n that another replica, whose notifier started at
+// started, is listening (it is called for every replica newly heard). If
+// n skipped changes while it knew of none, the replicas are told to
+// resync from the later of the first skipped change and started.
+func (n *Notifier) PeerJoined(started time.Time) {
+	n.mu.Lock()
+	if !n.peers && !n.skipped.IsZero() {
+		since := n.skipped
+		if started.After(since) {
+			since = started
+		}
+		if n.gap.IsZero() || since.Before(n.gap) {
+			n.gap = since
+		}
+		n.skipped = time.Time{}
+	}
+	n.peers = true
+	n.mu.Unlock()
+	n.poke()
+}
+
+// PeersGone tells n that no other replica is known to listen any more.
+func (n *Notifier) PeersGone() {
+	n.mu.Lock()
+	n.peers = false
+	n.mu.Unlock()
 }
 
 func (n *Notifier) poke() {
@@ -236,6 +291,11 @@ func (n *Notifier) Close(ctx context.Context) error {
 	return err
 }
 
+func (n *Notifier) alive() [2]string {
+	b, _ := json.Marshal(replicaMessage{Replica: n.replica, State: replicaAlive, Started: n.started})
+	return [2]string{ReplicaChannel, string(b)}
+}
+
 func (n *Notifier) control(state string, since time.Time) [2]string {
 	b, _ := json.Marshal(replicaMessage{Replica: n.replica, State: state, Since: since})
 	return [2]string{ReplicaChannel, string(b)}
@@ -278,7 +338,7 @@ func (n *Notifier) run() {
 			extra = append(extra, [2]string{ch, ""})
 		}
 		if heartbeat {
-			extra = append(extra, n.control(replicaAlive, time.Time{}))
+			extra = append(extra, n.alive())
 		}
 		ctx, cancel := n.sendContext(stopping)
 		err := n.send(ctx, changes, extra...)

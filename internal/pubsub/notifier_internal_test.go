@@ -14,7 +14,7 @@ import (
 // dropped change, from which the other replicas will be told to resync;
 // a batch that failed goes back in front, within the same bound.
 func TestNotifierQueueOverflowBecomesAGap(t *testing.T) {
-	n := &Notifier{opts: NotifierOptions{MaxQueue: 2, MaxBatch: 512}, signals: map[string]bool{}, wake: make(chan struct{}, 1)}
+	n := &Notifier{opts: NotifierOptions{MaxQueue: 2, MaxBatch: 512}, signals: map[string]bool{}, wake: make(chan struct{}, 1), peers: true}
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	change := func(i int) VoucherChange {
 		v := &ent.Voucher{ID: "vch_" + string(rune('a'+i)), Version: 1, UpdatedAt: t0.Add(time.Duration(i) * time.Second)}
@@ -63,5 +63,51 @@ func TestNotifierSession(t *testing.T) {
 	}
 	if sc != "off" || app != NotifierApplicationName {
 		t.Fatalf("synchronous_commit=%s application_name=%s", sc, app)
+	}
+}
+
+// A lone notifier sends nothing and remembers its first unsent change;
+// the first peer to join gets a gap from the later of that change and the
+// peer's start (what a newcomer's subscribers can have missed; all of it
+// for a peer that was wrongly taken for gone), and later peers none.
+func TestPeerJoinedGap(t *testing.T) {
+	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) VoucherChange {
+		v := &ent.Voucher{ID: "vch_x", Version: 2, UpdatedAt: t0.Add(d)}
+		return ChangeOf(v).WithState(v)
+	}
+	for _, tc := range []struct {
+		name    string
+		skipped bool
+		started time.Time
+		want    time.Time
+	}{
+		{"newcomer started after the first unsent change", true, t0.Add(time.Hour), t0.Add(time.Hour)},
+		{"peer up all along (wrongly taken for gone)", true, t0.Add(-time.Hour), t0},
+		{"nothing unsent", false, t0.Add(time.Hour), time.Time{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := &Notifier{opts: NotifierOptions{MaxQueue: 8, MaxBatch: 8}, signals: map[string]bool{}, wake: make(chan struct{}, 1)}
+			if tc.skipped {
+				n.Publish(at(0))
+				n.Publish(at(time.Minute))
+			}
+			n.Signal("wake")
+			if got, signals, gap := n.take(); len(got) != 0 || len(signals) != 0 || !gap.IsZero() {
+				t.Fatalf("alone: queued %d changes, %d signals, gap %v", len(got), len(signals), gap)
+			}
+			n.PeerJoined(tc.started)
+			n.PeerJoined(tc.started.Add(time.Hour)) // a second peer changes nothing
+			n.Publish(at(2 * time.Minute))
+			got, _, gap := n.take()
+			if !gap.Equal(tc.want) || len(got) != 1 {
+				t.Fatalf("gap %v (want %v), %d changes queued", gap, tc.want, len(got))
+			}
+			n.PeersGone()
+			n.Publish(at(3 * time.Minute))
+			if got, _, _ := n.take(); len(got) != 0 {
+				t.Fatal("queued a change with no peer left")
+			}
+		})
 	}
 }

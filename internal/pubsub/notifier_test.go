@@ -27,17 +27,22 @@ func (l *countingLoader) Load(ctx context.Context, ids []string) ([]*ent.Voucher
 	return l.EntLoader.Load(ctx, ids)
 }
 
-// replicas is one PostgreSQL database with a second replica's hub and
-// listener on it ("B"), for a notifier playing the first replica ("A").
-type replicas struct {
-	url    string
-	db     *storage.DB
+// replica is one process's pubsub on a shared PostgreSQL database: its
+// hub, its notifier and its listener, wired as the app wires them.
+type replica struct {
 	loader *countingLoader
 	hub    *pubsub.Hub
+	n      *pubsub.Notifier
 	l      *pubsub.Listener
 }
 
-func newReplicas(t *testing.T, opts pubsub.ListenerOptions) *replicas {
+// shared is a PostgreSQL database the replicas of a test share.
+type shared struct {
+	url string
+	db  *storage.DB
+}
+
+func newShared(t *testing.T) *shared {
 	t.Helper()
 	url := testpg.Database(t)
 	ctx := context.Background()
@@ -49,24 +54,52 @@ func newReplicas(t *testing.T, opts pubsub.ListenerOptions) *replicas {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r := &replicas{url: url, db: db, loader: &countingLoader{EntLoader: pubsub.EntLoader{Client: db.Client}}}
+	return &shared{url: url, db: db}
+}
+
+// hub starts a replica's hub alone (subscriptions can be made before its
+// notifier and listener start).
+func (s *shared) hub(t *testing.T) *replica {
+	t.Helper()
+	r := &replica{loader: &countingLoader{EntLoader: pubsub.EntLoader{Client: s.db.Client}}}
 	r.hub = pubsub.NewHub(r.loader, pubsub.Options{})
 	t.Cleanup(r.hub.Close)
-	opts.Replica = "rpl_b"
-	if r.l, err = pubsub.Listen(ctx, url, r.hub, opts); err != nil {
+	return r
+}
+
+// start starts r's notifier, then its listener.
+func (s *shared) start(t *testing.T, r *replica, name string, lo pubsub.ListenerOptions, no pubsub.NotifierOptions) *replica {
+	t.Helper()
+	ctx := context.Background()
+	no.Replica = name
+	var err error
+	if r.n, err = pubsub.NewNotifier(ctx, s.url, no); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = r.n.Close(ctx) })
+	lo.Replica, lo.Peers = name, r.n
+	if r.l, err = pubsub.Listen(ctx, s.url, r.hub, lo); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { r.l.Close() })
 	return r
 }
 
-func (r *replicas) notifier(t *testing.T, opts pubsub.NotifierOptions) *pubsub.Notifier {
+func (s *shared) replica(t *testing.T, name string, lo pubsub.ListenerOptions, no pubsub.NotifierOptions) *replica {
 	t.Helper()
-	n, err := pubsub.NewNotifier(context.Background(), r.url, opts)
-	if err != nil {
-		t.Fatal(err)
+	return s.start(t, s.hub(t), name, lo, no)
+}
+
+// pair starts replicas A and B and waits until each has heard the other.
+func (s *shared) pair(t *testing.T, lo pubsub.ListenerOptions, no pubsub.NotifierOptions) (a, b *replica) {
+	t.Helper()
+	if no.Heartbeat == 0 {
+		no.Heartbeat = 50 * time.Millisecond
 	}
-	return n
+	a = s.replica(t, "rpl_a", lo, no)
+	b = s.replica(t, "rpl_b", lo, no)
+	time.Sleep(4 * no.Heartbeat)
+	return a, b
 }
 
 // commit writes a new version of v without notifying anyone: what a
@@ -93,15 +126,14 @@ func quiet(t *testing.T, s *pubsub.Subscription, d time.Duration) {
 // with their state (nothing is loaded), in batches however fast they come,
 // and signals reach their channel.
 func TestNotifierReachesOtherReplicas(t *testing.T) {
-	r := newReplicas(t, pubsub.ListenerOptions{})
-	a := r.notifier(t, pubsub.NotifierOptions{Replica: "rpl_a"})
-	defer a.Close(context.Background())
+	s := newShared(t)
+	a, r := s.pair(t, pubsub.ListenerOptions{}, pubsub.NotifierOptions{})
 
-	v := seed(t, r.db)
+	v := seed(t, s.db)
 	one := r.hub.Subscribe(pubsub.ByVoucher, v.ID)
 	defer one.Close()
-	v = commit(t, r.db, v)
-	a.Publish(pubsub.ChangeOf(v).WithState(v))
+	v = commit(t, s.db, v)
+	a.n.Publish(pubsub.ChangeOf(v).WithState(v))
 	ev := waitEvent(t, one, 2*time.Second)
 	if ev.Voucher.Version != v.Version || ev.Voucher.Status != voucher.StatusREDEEMED || ev.Resync {
 		t.Fatalf("event v%d %s resync=%v", ev.Voucher.Version, ev.Voucher.Status, ev.Resync)
@@ -117,12 +149,12 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 	const many = 60
 	ctx := context.Background()
 	for i := range many {
-		w, err := r.db.Voucher.Create().SetCode(fmt.Sprintf("9%05d", i)).SetSessionID(v.SessionID).
+		w, err := s.db.Voucher.Create().SetCode(fmt.Sprintf("9%05d", i)).SetSessionID(v.SessionID).
 			SetPayerID(v.PayerID).SetPayeeID(v.PayeeID).SetExpiresAt(v.ExpiresAt).Save(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.Publish(pubsub.ChangeOf(w).WithState(w))
+		a.n.Publish(pubsub.ChangeOf(w).WithState(w))
 	}
 	seen := map[string]bool{}
 	for len(seen) < many {
@@ -133,12 +165,12 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 		t.Fatalf("%d vouchers loaded; every change carried its row", n)
 	}
 
-	wake := pq.NewListener(r.url, 10*time.Millisecond, time.Second, nil)
+	wake := pq.NewListener(s.url, 10*time.Millisecond, time.Second, nil)
 	defer wake.Close()
 	if err := wake.Listen("test_wake"); err != nil {
 		t.Fatal(err)
 	}
-	a.Signal("test_wake")
+	a.n.Signal("test_wake")
 	select {
 	case n := <-wake.Notify:
 		if n == nil || n.Channel != "test_wake" || n.Extra != "" {
@@ -147,8 +179,10 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("no signal")
 	}
-	if n := r.l.Resyncs(); n != 0 {
-		t.Fatalf("%d resyncs with every replica alive", n)
+	for _, x := range []*replica{a, r} {
+		if n := x.l.Resyncs(); n != 0 {
+			t.Fatalf("%d resyncs with every replica alive", n)
+		}
 	}
 }
 
@@ -156,16 +190,16 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 // stops hearing its heartbeats and resyncs what changed since, so the
 // subscriber gets the change anyway. Heartbeats keep a busy replica alive.
 func TestSilentReplicaIsResynced(t *testing.T) {
-	r := newReplicas(t, pubsub.ListenerOptions{PeerTimeout: 400 * time.Millisecond})
-	a := r.notifier(t, pubsub.NotifierOptions{Replica: "rpl_a", Heartbeat: 50 * time.Millisecond})
-	v := seed(t, r.db)
+	s := newShared(t)
+	a, r := s.pair(t, pubsub.ListenerOptions{PeerTimeout: 400 * time.Millisecond}, pubsub.NotifierOptions{})
+	v := seed(t, s.db)
 	sub := r.hub.Subscribe(pubsub.ByVoucher, v.ID)
 	defer sub.Close()
 
 	// Busy for a second: notifications all the time, heartbeats between.
 	for range 100 {
-		v = commit(t, r.db, v)
-		a.Publish(pubsub.ChangeOf(v).WithState(v))
+		v = commit(t, s.db, v)
+		a.n.Publish(pubsub.ChangeOf(v).WithState(v))
 		time.Sleep(10 * time.Millisecond)
 	}
 	for {
@@ -181,8 +215,9 @@ func TestSilentReplicaIsResynced(t *testing.T) {
 		t.Fatalf("%d resyncs while the replica was alive", n)
 	}
 
-	v = commit(t, r.db, v) // committed, never notified
-	a.Kill()
+	v = commit(t, s.db, v) // committed, never notified
+	a.l.Close()
+	a.n.Kill()
 	ev := waitEvent(t, sub, 3*time.Second)
 	if ev.Voucher.Version != v.Version || !ev.Resync {
 		t.Fatalf("after the replica died: v%d resync=%v, want v%d by resync", ev.Voucher.Version, ev.Resync, v.Version)
@@ -195,15 +230,15 @@ func TestSilentReplicaIsResynced(t *testing.T) {
 // A replica that stops cleanly sends what it queued and says goodbye: no
 // resync follows.
 func TestGoodbyeNeedsNoResync(t *testing.T) {
-	r := newReplicas(t, pubsub.ListenerOptions{PeerTimeout: 300 * time.Millisecond})
-	a := r.notifier(t, pubsub.NotifierOptions{Replica: "rpl_a", Heartbeat: 50 * time.Millisecond})
-	v := seed(t, r.db)
+	s := newShared(t)
+	a, r := s.pair(t, pubsub.ListenerOptions{PeerTimeout: 300 * time.Millisecond}, pubsub.NotifierOptions{})
+	v := seed(t, s.db)
 	sub := r.hub.Subscribe(pubsub.ByVoucher, v.ID)
 	defer sub.Close()
-	time.Sleep(200 * time.Millisecond) // heard at least once
-	v = commit(t, r.db, v)
-	a.Publish(pubsub.ChangeOf(v).WithState(v))
-	if err := a.Close(context.Background()); err != nil {
+	v = commit(t, s.db, v)
+	a.n.Publish(pubsub.ChangeOf(v).WithState(v))
+	a.l.Close()
+	if err := a.n.Close(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	if ev := waitEvent(t, sub, 2*time.Second); ev.Voucher.Version != v.Version || ev.Resync {
@@ -218,17 +253,69 @@ func TestGoodbyeNeedsNoResync(t *testing.T) {
 // A replica that had to drop notifications says from when; the others
 // resync from there.
 func TestGapMessageResyncs(t *testing.T) {
-	r := newReplicas(t, pubsub.ListenerOptions{})
-	v := seed(t, r.db)
+	s := newShared(t)
+	r := s.replica(t, "rpl_b", pubsub.ListenerOptions{}, pubsub.NotifierOptions{})
+	v := seed(t, s.db)
 	sub := r.hub.Subscribe(pubsub.ByVoucher, v.ID)
 	defer sub.Close()
-	v = commit(t, r.db, v)
+	v = commit(t, s.db, v)
 	since := time.Now().UTC().Add(-time.Second).Format(time.RFC3339Nano)
-	if _, err := r.db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
+	if _, err := s.db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
 		`{"replica":"rpl_a","state":"gap","since":"`+since+`"}`); err != nil {
 		t.Fatal(err)
 	}
 	if ev := waitEvent(t, sub, 3*time.Second); ev.Voucher.Version != v.Version || !ev.Resync {
 		t.Fatalf("v%d resync=%v", ev.Voucher.Version, ev.Resync)
+	}
+}
+
+// A replica alone sends no notifications at all. When another replica
+// joins, what the lone one changed after the newcomer started reaches the
+// newcomer's subscribers anyway (a resync), and from then on changes are
+// notified.
+func TestLoneReplicaNotifiesNothingUntilAPeerJoins(t *testing.T) {
+	s := newShared(t)
+	heard := pq.NewListener(s.url, 10*time.Millisecond, time.Second, nil)
+	defer heard.Close()
+	if err := heard.Listen(pubsub.Channel); err != nil {
+		t.Fatal(err)
+	}
+	a := s.replica(t, "rpl_a", pubsub.ListenerOptions{}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})
+	v := seed(t, s.db)
+	for range 3 {
+		v = commit(t, s.db, v)
+		a.n.Publish(pubsub.ChangeOf(v).WithState(v))
+	}
+	select {
+	case n := <-heard.Notify:
+		t.Fatalf("a lone replica notified %+v", n)
+	case <-time.After(300 * time.Millisecond):
+	}
+
+	// B's subscriber exists before anyone hears of B; A changes the
+	// voucher just after B started (still alone, as far as A knows).
+	b := s.hub(t)
+	sub := b.hub.Subscribe(pubsub.BySession, v.SessionID)
+	defer sub.Close()
+	s.start(t, b, "rpl_b", pubsub.ListenerOptions{}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})
+	v = commit(t, s.db, v)
+	a.n.Publish(pubsub.ChangeOf(v).WithState(v)) // skipped or sent: B gets it either way
+	for {
+		ev := waitEvent(t, sub, 3*time.Second)
+		if ev.Voucher.Version == v.Version {
+			break
+		}
+	}
+	time.Sleep(200 * time.Millisecond) // A has heard B by now
+	v = commit(t, s.db, v)
+	a.n.Publish(pubsub.ChangeOf(v).WithState(v))
+	for {
+		ev := waitEvent(t, sub, 2*time.Second)
+		if ev.Voucher.Version == v.Version {
+			if ev.Resync {
+				t.Fatal("a change after the join came by resync, not notification")
+			}
+			break
+		}
 	}
 }

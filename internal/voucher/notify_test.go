@@ -234,6 +234,9 @@ func TestChangesCarryTheirState(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { _ = n.Close(context.Background()) })
+				// What the app's listener says once another replica is heard
+				// (alone, a notifier sends nothing).
+				n.PeerJoined(time.Now())
 				f.pub.also = n
 				l := pq.NewListener(url, 10*time.Millisecond, time.Second, nil)
 				t.Cleanup(func() { l.Close() })

@@ -534,6 +534,7 @@ func TestDispatcherListensForOtherReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer n.Close(ctx)
+	n.PeerJoined(time.Now()) // the dispatcher's replica, as the app's listener would report it
 	// No local wake-up: the committer is "another replica".
 	f.outbox = webhook.NewOutbox(db, webhook.OutboxOptions{Wake: func() { n.Signal(webhook.NotifyChannel) }})
 	f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet,
