@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -111,9 +113,6 @@ type Notifier struct {
 
 // Compile-time check: a Notifier is a Publisher.
 var _ Publisher = (*Notifier)(nil)
-
-// notifyStatement sends a batch: channel and payload arrays, in order.
-const notifyStatement = "SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS n(c, p)"
 
 // NewNotifier connects to databaseURL and says this replica is alive, so
 // listeners know it before it commits anything.
@@ -427,10 +426,11 @@ func (n *Notifier) putBack(changes []VoucherChange, signals []string, gap time.T
 }
 
 // send issues one statement with the changes' notifications, then extra
-// (channel, payload) pairs. Payloads are built here, off the request path.
+// (channel, payload) pairs. Payloads are built here, off the request path,
+// and go as binary parameters: no quoting or escaping on either side.
 func (n *Notifier) send(ctx context.Context, changes []VoucherChange, extra ...[2]string) error {
+	args := make([]any, 0, len(changes)+len(extra))
 	chans := make([]string, 0, len(changes)+len(extra))
-	payloads := make([]string, 0, len(changes)+len(extra))
 	for _, c := range changes {
 		var row []byte
 		if c.Voucher != nil {
@@ -445,15 +445,36 @@ func (n *Notifier) send(ctx context.Context, changes []VoucherChange, extra ...[
 			continue
 		}
 		chans = append(chans, Channel)
-		payloads = append(payloads, string(p))
+		args = append(args, p)
 	}
 	for _, e := range extra {
 		chans = append(chans, e[0])
-		payloads = append(payloads, e[1])
+		args = append(args, []byte(e[1]))
 	}
-	if len(chans) == 0 {
+	if len(args) == 0 {
 		return nil
 	}
-	_, err := n.db.ExecContext(ctx, notifyStatement, pq.Array(chans), pq.Array(payloads))
+	_, err := n.db.ExecContext(ctx, notifyStatement(chans), args...)
 	return err
+}
+
+// notifyStatement is "SELECT pg_notify('ch', $1), pg_notify('ch', $2), ...":
+// one row whose target list PostgreSQL evaluates in order, so the
+// notifications are queued (and delivered) in the order given. Channel
+// names are this program's constants, quoted all the same.
+func notifyStatement(chans []string) string {
+	var b strings.Builder
+	b.Grow(16 + 40*len(chans))
+	b.WriteString("SELECT ")
+	for i, ch := range chans {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString("pg_notify(")
+		b.WriteString(pq.QuoteLiteral(ch))
+		b.WriteString(", $")
+		b.WriteString(strconv.Itoa(i + 1))
+		b.WriteString(")")
+	}
+	return b.String()
 }

@@ -179,6 +179,32 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Fatal("no signal")
 	}
+	// Notifications go out in the order they were published, batches or
+	// not: 200 versions of one voucher as fast as they come.
+	order := pq.NewListener(s.url, 10*time.Millisecond, time.Second, nil)
+	defer order.Close()
+	if err := order.Listen(pubsub.Channel); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 200 {
+		a.n.Publish(pubsub.VoucherChange{ID: "vch_order", Version: i + 1, SessionID: "ses_order"})
+	}
+	for want := 1; want <= 200; {
+		select {
+		case n := <-order.Notify:
+			c, err := pubsub.ParseNotification(n.Extra)
+			if err != nil || c.ID != "vch_order" {
+				continue
+			}
+			if c.Version != want {
+				t.Fatalf("version %d arrived when %d was due", c.Version, want)
+			}
+			want++
+		case <-time.After(3 * time.Second):
+			t.Fatalf("version %d never arrived", want)
+		}
+	}
+
 	for _, x := range []*replica{a, r} {
 		if n := x.l.Resyncs(); n != 0 {
 			t.Fatalf("%d resyncs with every replica alive", n)
