@@ -88,7 +88,10 @@ type Result struct {
 	Failed    int64
 	TPS       float64
 	Latency   stats.Summary
-	Output    string
+	// Samples are the per-transaction latencies Latency summarises (to
+	// merge runs without interpolating percentiles).
+	Samples []time.Duration
+	Output  string
 }
 
 var (
@@ -139,6 +142,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	// pgbench's own tps excludes connection time; the rate in the summary
 	// is the same quantity.
+	r.Samples = lat
 	r.Latency = stats.Summarize(lat, r.Failed, o.Duration, nil)
 	r.Latency.PerSec = r.TPS
 	return r, nil
