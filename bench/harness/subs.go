@@ -466,6 +466,26 @@ type fanoutSide struct {
 	incomplete  int
 }
 
+// result is the side's report: every subscriber's latency, the last
+// subscriber's per event, the cost per subscriber (last subscriber's
+// median over n) and the process's CPU per delivery.
+func (f *fanoutSide) result(id, group, name string, n int, usage *proc.Usage, first report.Figure, cpuName, note string) *report.Result {
+	cs := stats.Summarize(f.completions, int64(f.incomplete), 0, nil)
+	sum := stats.Summarize(f.per, int64(f.incomplete), 0, nil)
+	res := &report.Result{ID: id, Group: group, Name: name, Unit: "delivery", Latency: &sum, Usage: usage,
+		Figures: []report.Figure{
+			first,
+			{Name: "last subscriber p50", Value: ms(cs.P50), Unit: "ms"},
+			{Name: "last subscriber p99", Value: ms(cs.P99), Unit: "ms"},
+			{Name: "cost per subscriber", Value: float64(cs.P50) / float64(n) / float64(time.Microsecond), Unit: "µs"},
+		},
+		Notes: []string{note}}
+	if usage != nil && len(f.per) > 0 {
+		res.Figures = append(res.Figures, report.Figure{Name: cpuName, Value: float64(usage.CPU) / float64(len(f.per)) / float64(time.Microsecond), Unit: "µs"})
+	}
+	return res
+}
+
 func (f *fanoutSide) run(ctx context.Context) error {
 	c, per, ok, err := f.event(ctx)
 	if err != nil {
@@ -549,19 +569,9 @@ func (s *pgScenarios) fanout(ctx context.Context) {
 	if svcErr != nil {
 		h.notRun(id, "subscriptions", name, "failed: "+svcErr.Error())
 	} else {
-		cs := stats.Summarize(svc.completions, int64(svc.incomplete), 0, nil)
-		sum := stats.Summarize(svc.per, int64(svc.incomplete), 0, nil)
-		res := &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "delivery", Latency: &sum, Usage: usage,
-			Figures: []report.Figure{
-				{Name: "events", Value: float64(len(svc.completions)), Unit: ""},
-				{Name: "last subscriber p50", Value: ms(cs.P50), Unit: "ms"},
-				{Name: "last subscriber p99", Value: ms(cs.P99), Unit: "ms"},
-				{Name: "cost per subscriber", Value: float64(cs.P50) / float64(n) / float64(time.Microsecond), Unit: "µs"},
-			},
-			Notes: []string{"events take turns with the floor's frames"}}
-		if usage != nil && len(svc.per) > 0 {
-			res.Figures = append(res.Figures, report.Figure{Name: "service CPU per delivery (whole phase)", Value: float64(usage.CPU) / float64(len(svc.per)) / float64(time.Microsecond), Unit: "µs"})
-		}
+		res := svc.result(id, "subscriptions", name, n, usage,
+			report.Figure{Name: "events", Value: float64(len(svc.completions)), Unit: ""},
+			"service CPU per delivery (whole phase)", "events take turns with the floor's frames")
 		h.add(res)
 	}
 	if fl == nil {
@@ -571,19 +581,9 @@ func (s *pgScenarios) fanout(ctx context.Context) {
 		h.notRun(fid, "references", fname, "failed: "+flErr.Error())
 		return
 	}
-	cs := stats.Summarize(fl.completions, int64(fl.incomplete), 0, nil)
-	sum := stats.Summarize(fl.per, int64(fl.incomplete), 0, nil)
-	res := &report.Result{ID: fid, Group: "references", Name: fname, Unit: "delivery", Latency: &sum, Usage: fusage,
-		Figures: []report.Figure{
-			{Name: "frame bytes", Value: float64(len(frame)), Unit: "B"},
-			{Name: "last subscriber p50", Value: ms(cs.P50), Unit: "ms"},
-			{Name: "last subscriber p99", Value: ms(cs.P99), Unit: "ms"},
-			{Name: "cost per subscriber", Value: float64(cs.P50) / float64(n) / float64(time.Microsecond), Unit: "µs"},
-		},
-		Notes: []string{"frames take turns with the service's events"}}
-	if fusage != nil && len(fl.per) > 0 {
-		res.Figures = append(res.Figures, report.Figure{Name: "floor CPU per delivery (whole phase)", Value: float64(fusage.CPU) / float64(len(fl.per)) / float64(time.Microsecond), Unit: "µs"})
-	}
+	res := fl.result(fid, "references", fname, n, fusage,
+		report.Figure{Name: "frame bytes", Value: float64(len(frame)), Unit: "B"},
+		"floor CPU per delivery (whole phase)", "frames take turns with the service's events")
 	h.add(res)
 }
 
