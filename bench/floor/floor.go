@@ -25,11 +25,13 @@ import (
 )
 
 // ReadQuery is the captured primary-key read: SQL with its parameters,
-// IDParam being the index of the one that names the voucher.
+// IDParam being the index of the one that names the voucher. Prepared runs
+// it as a prepared statement, as the service did when it was captured.
 type ReadQuery struct {
-	SQL     string    `json:"sql"`
-	Params  []*string `json:"params"`
-	IDParam int       `json:"idParam"`
+	SQL      string    `json:"sql"`
+	Params   []*string `json:"params"`
+	IDParam  int       `json:"idParam"`
+	Prepared bool      `json:"prepared,omitempty"`
 }
 
 // Config configures the floor process.
@@ -60,7 +62,18 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		db.SetMaxOpenConns(n)
 		db.SetMaxIdleConns(n)
-		mux.HandleFunc("GET /vouchers/{id}", readHandler(db, cfg.Read))
+		query := func(ctx context.Context, args ...any) (*sql.Rows, error) {
+			return db.QueryContext(ctx, cfg.Read.SQL, args...)
+		}
+		if cfg.Read.Prepared {
+			st, err := db.PrepareContext(ctx, cfg.Read.SQL)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			query = st.QueryContext
+		}
+		mux.HandleFunc("GET /vouchers/{id}", readHandler(query, cfg.Read))
 	}
 	b := &broadcaster{conns: map[*websocket.Conn]struct{}{}}
 	mux.HandleFunc("GET /ws", b.accept)
@@ -93,7 +106,7 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 // readHandler answers with the voucher row as a JSON object of its columns,
 // which is what a minimal GET voucher does: one primary-key read, encode,
 // write.
-func readHandler(db *sql.DB, q ReadQuery) http.HandlerFunc {
+func readHandler(query func(ctx context.Context, args ...any) (*sql.Rows, error), q ReadQuery) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		args := make([]any, len(q.Params))
 		for i, p := range q.Params {
@@ -102,7 +115,7 @@ func readHandler(db *sql.DB, q ReadQuery) http.HandlerFunc {
 			}
 		}
 		args[q.IDParam] = r.PathValue("id")
-		rows, err := db.QueryContext(r.Context(), q.SQL, args...)
+		rows, err := query(r.Context(), args...)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return

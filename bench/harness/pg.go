@@ -243,7 +243,7 @@ func (s *pgScenarios) setup(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		q := &floor.ReadQuery{SQL: st.SQL, Params: st.Params}
+		q := &floor.ReadQuery{SQL: st.SQL, Params: st.Params, Prepared: st.Prepared}
 		for i, p := range st.Params {
 			if p != nil && *p == read.ID {
 				q.IDParam = i
@@ -301,6 +301,17 @@ func (s *pgScenarios) transitions(ctx context.Context) {
 	}
 }
 
+// pgbenchOptions runs the captured redeem the way the service ran it:
+// prepared when every captured statement was a named prepared statement.
+func (s *pgScenarios) pgbenchOptions(bin string, clients int, d time.Duration, script string, run int) pgref.Options {
+	prepared := len(s.redeem) > 0
+	for _, st := range s.redeem {
+		prepared = prepared && st.Prepared
+	}
+	return pgref.Options{Bin: bin, Port: s.h.pg.Port(), DB: "voucherd", Clients: clients, Duration: d,
+		Script: script, LogDir: filepath.Join(s.h.cfg.OutDir, "pgbench"), Run: run, Prepared: prepared}
+}
+
 func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName, id, name string) error {
 	h := s.h
 	scriptPath := filepath.Join(h.cfg.OutDir, "redeem.pgbench.sql")
@@ -315,8 +326,7 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 		if err != nil {
 			return nil, 0, err
 		}
-		res, err := pgref.Run(ctx, pgref.Options{Bin: bin, Port: h.pg.Port(), DB: "voucherd", Clients: c,
-			Duration: d, Script: scriptPath, LogDir: filepath.Join(h.cfg.OutDir, "pgbench"), Run: run})
+		res, err := pgref.Run(ctx, s.pgbenchOptions(bin, c, d, scriptPath, run))
 		return res, run, err
 	}
 	total := int(float64(h.cfg.PgbenchMaxTPS)*(h.cfg.Duration+h.cfg.Warmup+2*time.Second).Seconds()) + 1000
@@ -395,8 +405,8 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	}
 	h.add(&report.Result{ID: refID, Group: "references", Name: refName, Unit: "tx", Latency: &ref,
 		Figures: []report.Figure{{Name: "rows transitioned (checked per slice against its transactions)", Value: float64(refProcessed), Unit: "rows"}, busyFigure(busyShare(refBusy, refTicks))},
-		Notes: []string{fmt.Sprintf("pgbench -n -M extended -c %d -j %d -T %d -f redeem.pgbench.sql, %d times, taking turns with the REST redeems (script below, per-client vouchers cloned from a reserved one)",
-			c, c, int(slice.Seconds()), transitionSlices), s.script}})
+		Notes: []string{fmt.Sprintf("pgbench -n -M %s -c %d -j %d -T %d -f redeem.pgbench.sql, %d times, taking turns with the REST redeems (script below, per-client vouchers cloned from a reserved one)",
+			s.pgbenchOptions(bin, c, slice, scriptPath, 0).Mode(), c, c, int(slice.Seconds()), transitionSlices), s.script}})
 
 	sum := rec.Summary(elapsed)
 	if usage != nil {

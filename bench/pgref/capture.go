@@ -34,6 +34,10 @@ type Statement struct {
 	Vxid   string    `json:"vxid"`
 	SQL    string    `json:"sql"`
 	Params []*string `json:"params,omitempty"`
+	// Prepared says the backend ran a named prepared statement (the log's
+	// "execute <name>:"), not an unnamed one ("execute <unnamed>:") or a
+	// simple query: how the references run it too.
+	Prepared bool `json:"prepared,omitempty"`
 	// Seq is the position in the log, which orders statements across
 	// backends.
 	Seq int `json:"-"`
@@ -138,7 +142,7 @@ type logLine struct {
 	Detail   string `json:"detail"`
 }
 
-var executeRE = regexp.MustCompile(`^execute [^:]*: `)
+var executeRE = regexp.MustCompile(`^execute ([^:]*): `)
 
 // readWindow returns the statements other backends logged between the
 // begin and end markers of tag.
@@ -190,6 +194,7 @@ func parseLogStatement(l logLine) (Statement, bool, error) {
 		st.SQL = strings.TrimPrefix(l.Message, "statement: ")
 	case executeRE.MatchString(l.Message):
 		st.SQL = executeRE.ReplaceAllString(l.Message, "")
+		st.Prepared = executeRE.FindStringSubmatch(l.Message)[1] != "<unnamed>"
 	default:
 		return st, false, nil
 	}

@@ -80,6 +80,18 @@ type Options struct {
 	Script   string // path
 	LogDir   string // per-transaction logs go here
 	Run      int
+	// Prepared runs the script's statements prepared (-M prepared), as
+	// the service did when they were captured; otherwise unnamed
+	// (-M extended).
+	Prepared bool
+}
+
+// Mode is pgbench's -M for o.
+func (o Options) Mode() string {
+	if o.Prepared {
+		return "prepared"
+	}
+	return "extended"
 }
 
 // Result is what pgbench did.
@@ -100,10 +112,11 @@ var (
 	failedRE    = regexp.MustCompile(`number of failed transactions: (\d+)`)
 )
 
-// Run runs pgbench in extended query mode (unnamed statements: the
-// protocol lib/pq uses with binary_parameters, one round trip per
-// statement), one thread per client, for the duration, logging every
-// transaction's latency.
+// Run runs pgbench with the extended query protocol, one round trip per
+// statement as lib/pq with binary_parameters: prepared statements
+// (-M prepared) when o.Prepared, as the service runs its hot statements,
+// else unnamed ones (-M extended). One thread per client, for the
+// duration, logging every transaction's latency.
 func Run(ctx context.Context, o Options) (*Result, error) {
 	if err := os.MkdirAll(o.LogDir, 0o755); err != nil {
 		return nil, err
@@ -115,7 +128,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return nil, err
 	}
 	args := []string{"-n", "-h", "127.0.0.1", "-p", strconv.Itoa(o.Port), "-U", "postgres",
-		"-M", "extended", "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Clients),
+		"-M", o.Mode(), "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Clients),
 		"-T", strconv.Itoa(int(o.Duration.Round(time.Second) / time.Second)),
 		"-D", varRun + "=" + strconv.Itoa(o.Run), "-D", varCounter + "=0",
 		"-l", "--log-prefix", prefix, "-f", o.Script, o.DB}

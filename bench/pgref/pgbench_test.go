@@ -56,8 +56,14 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 		if _, err := tx.ExecContext(ctx, `SELECT id FROM vouchers WHERE id = $1 FOR UPDATE`, id); err != nil {
 			return err
 		}
-		res, err := tx.ExecContext(ctx, `UPDATE "vouchers" SET "status" = $1, "version" = "version" + 1, "expected_payment" = $2, "updated_at" = $3 WHERE "id" = $4 AND "status" = 'RESERVED'`,
-			"REDEEMED", `{"amount": "12.50", "note": "it's"}`, time.Now(), id)
+		// Prepared, as the service runs its hot statements: the capture
+		// says so, and pgbench runs it the same way.
+		st, err := tx.PrepareContext(ctx, `UPDATE "vouchers" SET "status" = $1, "version" = "version" + 1, "expected_payment" = $2, "updated_at" = $3 WHERE "id" = $4 AND "status" = 'RESERVED'`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		res, err := st.ExecContext(ctx, "REDEEMED", `{"amount": "12.50", "note": "it's"}`, time.Now(), id)
 		if err != nil {
 			return err
 		}
@@ -95,6 +101,11 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 	if got := strings.Join(sqls, " "); got != "BEGIN SELECT UPDATE SELECT COMMIT" {
 		t.Fatalf("transition statements %q, want BEGIN SELECT UPDATE SELECT COMMIT", got)
 	}
+	for _, st := range tr {
+		if want := strings.HasPrefix(st.SQL, "UPDATE"); st.Prepared != want {
+			t.Fatalf("%q captured as prepared=%v, want %v", st.SQL, st.Prepared, want)
+		}
+	}
 	script, err := Script(tr, tmpl, func(q string) ([]string, error) { return ParamTypes(ctx, conn, q) })
 	if err != nil {
 		t.Fatal(err)
@@ -114,7 +125,7 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := Run(ctx, Options{Bin: filepath.Join(c.BinDir(), "pgbench"), Port: c.Port(), DB: "postgres",
-		Clients: clients, Duration: time.Second, Script: path, LogDir: dir, Run: 1})
+		Clients: clients, Duration: time.Second, Script: path, LogDir: dir, Run: 1, Prepared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,8 +33,10 @@ const (
 // handle for the few hot statements written by hand.
 type DB struct {
 	*ent.Client
-	SQL     *sql.DB
-	Dialect string
+	SQL *sql.DB
+	// Prepared runs the hot hand-written statements prepared (see there).
+	Prepared *Prepared
+	Dialect  string
 	// URL is the connection string with any password removed, for logs.
 	URL string
 }
@@ -117,11 +119,14 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: connect to %s: %w", safe, err)
 	}
 	drv := entsql.OpenDB(dialect, db)
-	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Dialect: dialect, URL: safe}, nil
+	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db), Dialect: dialect, URL: safe}, nil
 }
 
 // Close closes the pool.
-func (db *DB) Close() error { return db.Client.Close() }
+func (db *DB) Close() error {
+	db.Prepared.close()
+	return db.Client.Close()
+}
 
 // IsPostgres reports whether db is PostgreSQL.
 func (db *DB) IsPostgres() bool { return db.Dialect == Postgres }

@@ -123,7 +123,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	if err != nil {
 		return nil, err
 	}
-	path, err := s.load(ctx, s.db.SQL, voucherID, false)
+	path, err := s.load(ctx, s.db.Prepared, voucherID, false)
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	}
 	target := path
 	if in.Vid != nil && *in.Vid != voucherID {
-		if target, err = s.load(ctx, s.db.SQL, *in.Vid, false); err != nil {
+		if target, err = s.load(ctx, s.db.Prepared, *in.Vid, false); err != nil {
 			return nil, err
 		}
 		ok, err := s.Visible(ctx, p, target)

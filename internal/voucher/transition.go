@@ -133,7 +133,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, err
 		}
 		q, args := transitionStatement(dialect, t, p.ID, id, sets, now, modeFast, 0)
-		v, err := queryVoucher(ctx, s.db.SQL, dialect, q, args...)
+		v, err := queryVoucher(ctx, s.db.Prepared, dialect, q, args...)
 		if err != nil {
 			return nil, apperr.InternalError(err)
 		}
@@ -143,7 +143,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		}
 	}
 	for attempt := 0; attempt < maxAttempts; attempt++ {
-		cur, err := s.load(ctx, s.db.SQL, id, false)
+		cur, err := s.load(ctx, s.db.Prepared, id, false)
 		if err != nil {
 			return nil, err
 		}
@@ -155,7 +155,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		if cur.BusinessID != nil {
 			next, err = s.applyInTx(ctx, p, id, t)
 		} else {
-			next, err = s.applyGuarded(ctx, s.db.SQL, p, id, t, cur, now)
+			next, err = s.applyGuarded(ctx, s.db.Prepared, p, id, t, cur, now)
 		}
 		if err != nil {
 			return nil, err
@@ -278,7 +278,7 @@ func needsRedeemed(st entvoucher.Status) error {
 // reject answers a request whose body failed its own checks: a caller who
 // may not act on the voucher still learns only that it does not exist.
 func (s *Service) reject(ctx context.Context, p *auth.Principal, op Op, id string, bodyErr error) error {
-	v, err := s.load(ctx, s.db.SQL, id, false)
+	v, err := s.load(ctx, s.db.Prepared, id, false)
 	if err != nil {
 		return err
 	}

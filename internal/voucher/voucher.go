@@ -242,7 +242,7 @@ func (s *Service) Get(ctx context.Context, id string) (*ent.Voucher, error) {
 	// rather than ent's query builder (which rebuilt the same SQL text and
 	// scanned through reflection on every call). The read model applies as
 	// on every ent read.
-	v, err := s.load(ctx, s.db.SQL, id, false)
+	v, err := s.load(ctx, s.db.Prepared, id, false)
 	if err != nil {
 		return nil, err
 	}

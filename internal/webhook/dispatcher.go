@@ -326,7 +326,7 @@ func (d *Dispatcher) claim(ctx context.Context, n int) ([]*job, error) {
 		// Placeholders in text order: the CTE's, then the select's.
 		return d.jobs(ctx, until, q, until, now, now, n, now)
 	}
-	rows, err := d.db.SQL.QueryContext(ctx, `UPDATE webhook_deliveries SET leased_until = ?
+	rows, err := d.db.Prepared.QueryContext(ctx, `UPDATE webhook_deliveries SET leased_until = ?
   WHERE id IN (`+claimSubquery+`) RETURNING id`, until, now, now, n)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
@@ -359,7 +359,7 @@ func jobsByID(n int) string {
 
 // jobs runs a job query; lease is the claim's (zero for a manual attempt).
 func (d *Dispatcher) jobs(ctx context.Context, lease time.Time, q string, args ...any) ([]*job, error) {
-	rows, err := d.db.SQL.QueryContext(ctx, d.db.Rebind(q), args...)
+	rows, err := d.db.Prepared.QueryContext(ctx, d.db.Rebind(q), args...)
 	if err != nil {
 		return nil, fmt.Errorf("claim: %w", err)
 	}

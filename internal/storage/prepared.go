@@ -1,0 +1,111 @@
+package storage
+
+import (
+	"context"
+	"database/sql"
+	"sync"
+)
+
+// maxPrepared bounds the distinct statement texts Prepared keeps. The hot
+// statements are a small fixed set (one text per transition and mode, the
+// primary-key read, the webhook claim); a text past the bound runs
+// unprepared rather than growing every connection's statement cache.
+const maxPrepared = 256
+
+// Prepared runs the hand-written hot statements as prepared statements:
+// each distinct text is parsed and planned once per connection, and every
+// later execution sends only its parameters (Bind/Execute, one round trip,
+// as lib/pq's unnamed statements with binary_parameters). On PostgreSQL
+// parsing, analysis and planning were about 40% of the server's CPU for a
+// voucher transition (docs/performance.md); a prepared primary-key read or
+// conditional UPDATE runs its generic plan instead.
+//
+// Operational consequence: the statements are named and live as long as the
+// connection. A transaction-pooling proxy in front of PostgreSQL must
+// support prepared statements (PgBouncer 1.21+ with max_prepared_statements
+// set); session pooling always works. See docs/operations.md.
+type Prepared struct {
+	db *sql.DB
+
+	mu    sync.RWMutex
+	stmts map[string]*sql.Stmt
+}
+
+func newPrepared(db *sql.DB) *Prepared {
+	return &Prepared{db: db, stmts: make(map[string]*sql.Stmt)}
+}
+
+// QueryContext runs query (already in the dialect's placeholder form) with
+// args as a prepared statement.
+func (p *Prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	st, err := p.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return p.db.QueryContext(ctx, query, args...)
+	}
+	return st.QueryContext(ctx, args...)
+}
+
+// ExecContext is QueryContext for a statement without rows.
+func (p *Prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	st, err := p.stmt(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if st == nil {
+		return p.db.ExecContext(ctx, query, args...)
+	}
+	return st.ExecContext(ctx, args...)
+}
+
+// stmt returns query's prepared statement, preparing it on first use; nil
+// (and no error) when the cache is full.
+func (p *Prepared) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	p.mu.RLock()
+	st, ok := p.stmts[query]
+	full := len(p.stmts) >= maxPrepared
+	p.mu.RUnlock()
+	if ok {
+		return st, nil
+	}
+	if full {
+		return nil, nil
+	}
+	// Prepared outside the lock: preparing is a round trip. Two callers
+	// racing on a new text both prepare; the loser's statement is closed.
+	st, err := p.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if cur, ok := p.stmts[query]; ok {
+		_ = st.Close()
+		return cur, nil
+	}
+	if len(p.stmts) >= maxPrepared {
+		_ = st.Close()
+		return nil, nil
+	}
+	p.stmts[query] = st
+	return st, nil
+}
+
+// Len reports how many statement texts are prepared.
+func (p *Prepared) Len() int {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return len(p.stmts)
+}
+
+// close releases every prepared statement (before the pool closes).
+func (p *Prepared) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for q, st := range p.stmts {
+		_ = st.Close()
+		delete(p.stmts, q)
+	}
+}
