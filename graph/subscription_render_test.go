@@ -88,3 +88,56 @@ func TestSubscriptionRendersWithItsVariables(t *testing.T) {
 		}
 	}
 }
+
+// Subscriptions of one selection on different vouchers share renderers
+// (gqlgen's generated code run once per renderer, fed one voucher per
+// rendering): under concurrent changes each subscriber still gets its own
+// voucher, in its own state, never a neighbour's.
+func TestSharedRenderersKeepVouchersApart(t *testing.T) {
+	h := newHarness(t, "sqlite3", harnessOptions{})
+	payer := h.device()
+	ses, payee := h.session(payer)
+	const byID = `subscription($id: ID) { voucherUpdated(id: $id) { id status version } }`
+	const n = 12
+	ids := make([]string, n)
+	clients := make([]*wsClient, n)
+	for i := range ids {
+		ids[i] = h.reserve(payee, ses.Code, nil).ID
+		c := dialWS(t, h.ws, protocols[i%2])
+		c.init(payer.token)
+		c.subscribe("v", byID, map[string]any{"id": ids[i]})
+		clients[i] = c
+	}
+	type state struct {
+		ID, Status string
+		Version    int
+	}
+	next := func(i int) state {
+		t.Helper()
+		var ev struct{ VoucherUpdated state }
+		clients[i].result("v", 5*time.Second, &ev)
+		return ev.VoucherUpdated
+	}
+	for i := range ids {
+		if got := next(i); got != (state{ids[i], "RESERVED", 1}) {
+			t.Fatalf("subscriber %d: current state %+v, want %s RESERVED 1", i, got, ids[i])
+		}
+	}
+	errs := make(chan error, n)
+	for i := range ids {
+		go func() {
+			_, err := h.vouchers.Redeem(payee.ctx(), ids[i], simpleRedeem("10"))
+			errs <- err
+		}()
+	}
+	for range ids {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range ids {
+		if got := next(i); got != (state{ids[i], "REDEEMED", 2}) {
+			t.Fatalf("subscriber %d: after redeem %+v, want %s REDEEMED 2", i, got, ids[i])
+		}
+	}
+}

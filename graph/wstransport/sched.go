@@ -163,8 +163,14 @@ func (s *scheduler) remove(i int) {
 }
 
 // pool runs connections' pending work (ready subscriptions, due timers) on
-// at most max goroutines, started on demand and gone when the queue is
-// empty. A connection is queued at most once at a time (Conn.scheduled).
+// at most max goroutines, started on demand. A worker that finds the queue
+// empty waits up to workerLinger for more before it exits: at a steady
+// trickle of events (a thousand a second is one every millisecond) a
+// worker that exited at once would be started again for nearly every
+// event, and each new goroutine grows its stack again through gqlgen's deep
+// rendering (about a third of a rendering's CPU, profiled). With no events
+// for workerLinger there is no worker. A connection is queued at most once
+// at a time (Conn.scheduled).
 type pool struct {
 	max int
 
@@ -172,14 +178,29 @@ type pool struct {
 	queue   []*Conn
 	head    int
 	running int
+	// idle counts the waiting workers no push has claimed yet; a push
+	// claims one by sending it a token on wake.
+	idle int
+	wake chan struct{}
 }
+
+// workerLinger is how long a worker without work waits for more.
+const workerLinger = time.Second
 
 func (p *pool) push(c *Conn) {
 	p.mu.Lock()
 	p.queue = append(p.queue, c)
-	start := p.running < p.max
-	if start {
+	start := false
+	switch {
+	case p.idle > 0:
+		p.idle--
+		p.wake <- struct{}{} // buffered for every worker: never blocks
+	case p.running < p.max:
 		p.running++
+		start = true
+		if p.wake == nil {
+			p.wake = make(chan struct{}, p.max)
+		}
 	}
 	p.mu.Unlock()
 	if start {
@@ -188,6 +209,7 @@ func (p *pool) push(c *Conn) {
 }
 
 func (p *pool) work() {
+	var linger *time.Timer
 	for {
 		p.mu.Lock()
 		if p.head == len(p.queue) {
@@ -195,6 +217,28 @@ func (p *pool) work() {
 			if cap(p.queue) > 4096 {
 				p.queue = nil
 			}
+			p.idle++
+			p.mu.Unlock()
+			if linger == nil {
+				linger = time.NewTimer(workerLinger)
+			} else {
+				linger.Reset(workerLinger)
+			}
+			select {
+			case <-p.wake:
+				linger.Stop()
+				continue
+			case <-linger.C:
+			}
+			p.mu.Lock()
+			select {
+			case <-p.wake:
+				// Claimed while the timer fired: the token is ours.
+				p.mu.Unlock()
+				continue
+			default:
+			}
+			p.idle--
 			p.running--
 			p.mu.Unlock()
 			return
