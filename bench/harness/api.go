@@ -261,6 +261,17 @@ func (a *API) Redeem(ctx context.Context, token, id string) (Voucher, error) {
 	return v, nil
 }
 
+// redeemed checks a redeem's answer without decoding all of it.
+func redeemed(body []byte, err error) error {
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(body, []byte(`"status":"REDEEMED"`)) {
+		return fmt.Errorf("redeem answered %.200s", body)
+	}
+	return nil
+}
+
 // Negotiate offers DAI for voucher id as the payer.
 func (a *API) Negotiate(ctx context.Context, token, id string) error {
 	_, err := a.Raw(ctx, http.MethodPost, "/api/v1/vouchers/"+id+"/negotiate-voucher", token, negotiateBody)

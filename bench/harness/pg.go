@@ -335,13 +335,14 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 		return err
 	}
 	var next atomic.Int64
-	redeem := func(ctx context.Context, _ int) error {
+	conns := newLeanConns(s.svc.Addr, c)
+	defer conns.Close()
+	redeem := func(ctx context.Context, w int) error {
 		n := int(next.Add(1))
 		if n > total {
 			return errors.New("seeded vouchers exhausted: raise -pgbench-max-tps")
 		}
-		_, err := s.api.Redeem(ctx, s.payee, pgref.SeedID(restRun, 0, n))
-		return err
+		return redeemed(conns.ok(ctx, w, http.MethodPost, "/api/v1/vouchers/"+pgref.SeedID(restRun, 0, n)+"/redeem-voucher", s.payee, redeemBody))
 	}
 	if h.cfg.Warmup > 0 {
 		if _, _, err := pgbench(h.cfg.Warmup.Round(time.Second) + time.Second/2); err != nil {
@@ -464,10 +465,16 @@ func (s *pgScenarios) reads(ctx context.Context) {
 	if fl != nil {
 		defer fl.Stop()
 	}
-	floorAPI := (*API)(nil)
+	// Each target has a connection per worker (the lean client: see
+	// leanConn); the floor and the service are read the same way.
+	floorConns := leanConns(nil)
 	if fl != nil {
-		floorAPI = NewAPI(fl.URL, 256)
+		floorConns = newLeanConns(fl.Addr, max(lc, 1))
+		defer floorConns.Close()
 	}
+	restConns, gqlConns := newLeanConns(s.svc.Addr, max(lc, 1)), newLeanConns(s.svc.Addr, max(lc, 1))
+	defer restConns.Close()
+	defer gqlConns.Close()
 	want := []byte(s.readID)
 	check := func(b []byte, err error) error {
 		if err != nil {
@@ -478,15 +485,15 @@ func (s *pgScenarios) reads(ctx context.Context) {
 		}
 		return nil
 	}
-	floorOp := func(ctx context.Context, _ int) error {
-		return check(floorAPI.Raw(ctx, http.MethodGet, "/vouchers/"+s.readID, "", nil))
+	floorOp := func(ctx context.Context, w int) error {
+		return check(floorConns.ok(ctx, w, http.MethodGet, "/vouchers/"+s.readID, "", nil))
 	}
-	restOp := func(ctx context.Context, _ int) error {
-		return check(s.api.Raw(ctx, http.MethodGet, "/api/v1/vouchers/"+s.readID, s.payee, nil))
+	restOp := func(ctx context.Context, w int) error {
+		return check(restConns.ok(ctx, w, http.MethodGet, "/api/v1/vouchers/"+s.readID, s.payee, nil))
 	}
 	gqlBody := mustJSON(map[string]any{"query": voucherQuery, "variables": map[string]any{"id": s.readID}})
-	gqlOp := func(ctx context.Context, _ int) error {
-		b, err := s.api.Raw(ctx, http.MethodPost, "/graphql", s.payee, gqlBody)
+	gqlOp := func(ctx context.Context, w int) error {
+		b, err := gqlConns.ok(ctx, w, http.MethodPost, "/graphql", s.payee, gqlBody)
 		if err == nil && bytes.Contains(b, []byte(`"errors"`)) {
 			return fmt.Errorf("graphql errors: %.300s", b)
 		}

@@ -348,11 +348,13 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		rsmp = sampler(t.replica, true)
 	}
 	neg := stats.NewRecorder(0)
+	writers := newLeanPool(t.svc.Addr)
+	defer writers.Close()
 	busy := proc.MachineBusy()
 	n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
 		v := i % k
 		t0 := time.Now()
-		if err := t.api.Negotiate(ctx, t.payer, ids[v]); err != nil {
+		if _, err := writers.ok(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody); err != nil {
 			return err
 		}
 		t1 := time.Now()

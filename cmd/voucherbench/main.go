@@ -72,7 +72,7 @@ func runBench(args []string, log *slog.Logger) error {
 		clients   = fs.String("clients", "16,64", "client counts for transitions (and pgbench connections)")
 		readC     = fs.Int("read-clients", 16, "clients for the loaded read phase")
 		lifeC     = fs.Int("lifecycle-clients", 16, "clients for the lifecycle")
-		maxTPS    = fs.Int("pgbench-max-tps", 6000, "upper bound on transition rate, for sizing pre-created vouchers")
+		maxTPS    = fs.Int("pgbench-max-tps", 15000, "upper bound on transition rate, for sizing pre-created vouchers")
 		idle      = fs.Int("idle-subs", 20000, "idle subscriptions")
 		c2cRate   = fs.Float64("c2c-rate", 1000, "transitions per second for commit-to-subscriber latency")
 		fanSubs   = fs.Int("fanout-subs", 5000, "subscribers on one business")
