@@ -107,6 +107,7 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 		h.run.Machine.PostgreSQL = "PostgreSQL " + ver
 	}
 
+	h.diskProbe(ctx, h.pg.Dir(), 5*time.Second)
 	pgRun := &pgScenarios{h: h}
 	pgRun.all(ctx)
 	if h.want("lifecycle") || h.want("subscriptions") {

@@ -341,6 +341,9 @@ func (c *Cluster) Port() int { return c.port }
 // find pgbench and psql of the same version.
 func (c *Cluster) BinDir() string { return c.binDir }
 
+// Dir is the cluster's temporary directory (the data directory is inside).
+func (c *Cluster) Dir() string { return c.dir }
+
 // LogFile is the server log, useful when a test wants to show why the server
 // rejected something.
 func (c *Cluster) LogFile() string { return c.logFile }
