@@ -138,8 +138,10 @@ func (c *recentChecks) mark(key string, within time.Duration) {
 // variables and statistics. An idle subscription keeps its hub mailbox,
 // the parsed operation (shared with every subscriber of the same query
 // text through the query cache), its selection's fingerprint (interned)
-// and, only when its selection is not shareable, its variables; each
-// rendering builds gqlgen's state afresh (produce).
+// and, only when its selection is not shareable, its variables. A
+// rendering borrows gqlgen's state from a pool shared by every subscription
+// of the same selection (see renderer), or, for a selection that is not
+// shareable, builds it afresh (produce).
 func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Subscription {

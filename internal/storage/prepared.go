@@ -23,7 +23,7 @@ const maxPrepared = 256
 // Operational consequence: the statements are named and live as long as the
 // connection. A transaction-pooling proxy in front of PostgreSQL must
 // support prepared statements (PgBouncer 1.21+ with max_prepared_statements
-// set); session pooling always works. See docs/operations.md.
+// set); session pooling always works (README, VOUCHER_DB_MAX_CONNS).
 type Prepared struct {
 	db *sql.DB
 
