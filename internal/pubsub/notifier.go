@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lib/pq"
@@ -55,7 +56,11 @@ type NotifierOptions struct {
 	// 65,536). Past it the oldest are dropped and the replicas are told to
 	// resync from the oldest dropped change.
 	MaxQueue int
-	// MaxBatch bounds the notifications one statement sends (default 512).
+	// MaxBatch bounds the notifications one statement sends (default 128).
+	// A burst (the commits a stalled disk flush held back, completing
+	// together) then goes out as a pipeline of statements: the first
+	// reaches the other replicas while the next is sent, instead of all
+	// of them waiting for one statement that carries the whole burst.
 	MaxBatch int
 	Log      *slog.Logger
 }
@@ -94,8 +99,11 @@ type Notifier struct {
 	replica string
 	opts    NotifierOptions
 
+	// active mirrors peers for Publish's lock-free check.
+	active atomic.Bool
+
 	mu      sync.Mutex
-	queue   []VoucherChange
+	queue   []pending
 	signals map[string]bool
 	gap     time.Time // oldest dropped change, zero when none
 	wake    chan struct{}
@@ -124,7 +132,7 @@ func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) 
 		opts.MaxQueue = 1 << 16
 	}
 	if opts.MaxBatch <= 0 {
-		opts.MaxBatch = 512
+		opts.MaxBatch = 128
 	}
 	if opts.Log == nil {
 		opts.Log = slog.Default()
@@ -180,29 +188,66 @@ func notifierURL(databaseURL string) (string, error) {
 // Replica is the name this notifier uses on ReplicaChannel.
 func (n *Notifier) Replica() string { return n.replica }
 
+// pending is a queued notification: its payload, encoded by Publish.
+type pending struct {
+	id      string
+	at      time.Time // when the change was made (changedAt)
+	payload []byte
+}
+
 // Publish queues c's notification; it never blocks. c should carry its
 // new state (VoucherChange.Voucher): the notification then carries the row
-// while it fits, and no replica has to load it.
+// while it fits, and no replica has to load it. The payload is encoded
+// here, on the caller's goroutine (a few microseconds), so the changes of
+// a burst are encoded in parallel by the requests that made them rather
+// than one after another by the notifier; a replica alone encodes nothing.
 func (n *Notifier) Publish(c VoucherChange) {
+	if !n.active.Load() && n.skip(c) {
+		return
+	}
+	row := []byte(nil)
+	if c.Voucher != nil {
+		if b, err := json.Marshal(c.Voucher); err == nil {
+			row = b // else keys only: replicas load it
+		}
+	}
+	payload, err := EncodeNotification(c, row)
+	if err != nil {
+		n.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
+		return
+	}
+	at := changedAt(c)
 	n.mu.Lock()
 	if !n.peers {
-		if n.skipped.IsZero() {
-			n.skipped = changedAt(c)
-		}
 		n.mu.Unlock()
+		n.skip(c)
 		return
 	}
 	if len(n.queue) >= n.opts.MaxQueue {
 		// Keep the newest: the dropped ones are recovered by a resync.
 		dropped := n.queue[0]
 		n.queue = n.queue[1:]
-		if since := changedAt(dropped); n.gap.IsZero() || since.Before(n.gap) {
-			n.gap = since
+		if n.gap.IsZero() || dropped.at.Before(n.gap) {
+			n.gap = dropped.at
 		}
 	}
-	n.queue = append(n.queue, c)
+	n.queue = append(n.queue, pending{id: c.ID, at: at, payload: payload})
 	n.mu.Unlock()
 	n.poke()
+}
+
+// skip records c as not sent for want of peers, unless a peer is known
+// after all (then it returns false and c is to be sent).
+func (n *Notifier) skip(c VoucherChange) bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.peers {
+		return false
+	}
+	if n.skipped.IsZero() {
+		n.skipped = changedAt(c)
+	}
+	return true
 }
 
 // Signal queues an empty notification on channel (coalesced with any
@@ -235,6 +280,7 @@ func (n *Notifier) PeerJoined(started time.Time) {
 		n.skipped = time.Time{}
 	}
 	n.peers = true
+	n.active.Store(true)
 	n.mu.Unlock()
 	n.poke()
 }
@@ -243,6 +289,7 @@ func (n *Notifier) PeerJoined(started time.Time) {
 func (n *Notifier) PeersGone() {
 	n.mu.Lock()
 	n.peers = false
+	n.active.Store(false)
 	n.mu.Unlock()
 }
 
@@ -383,11 +430,11 @@ func (n *Notifier) sendContext(stopping bool) (context.Context, context.CancelFu
 }
 
 // take removes up to MaxBatch changes, the waiting signals and the gap.
-func (n *Notifier) take() ([]VoucherChange, []string, time.Time) {
+func (n *Notifier) take() ([]pending, []string, time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := min(len(n.queue), n.opts.MaxBatch)
-	changes := append([]VoucherChange(nil), n.queue[:k]...)
+	changes := append([]pending(nil), n.queue[:k]...)
 	n.queue = n.queue[k:]
 	if len(n.queue) == 0 {
 		n.queue = nil // let the backing array go
@@ -405,14 +452,14 @@ func (n *Notifier) take() ([]VoucherChange, []string, time.Time) {
 }
 
 // putBack returns an unsent batch to the front of the queue.
-func (n *Notifier) putBack(changes []VoucherChange, signals []string, gap time.Time) {
+func (n *Notifier) putBack(changes []pending, signals []string, gap time.Time) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.queue = append(changes, n.queue...)
 	if over := len(n.queue) - n.opts.MaxQueue; over > 0 {
 		for _, c := range n.queue[:over] {
-			if since := changedAt(c); gap.IsZero() || since.Before(gap) {
-				gap = since
+			if gap.IsZero() || c.at.Before(gap) {
+				gap = c.at
 			}
 		}
 		n.queue = n.queue[over:]
@@ -426,26 +473,14 @@ func (n *Notifier) putBack(changes []VoucherChange, signals []string, gap time.T
 }
 
 // send issues one statement with the changes' notifications, then extra
-// (channel, payload) pairs. Payloads are built here, off the request path,
-// and go as binary parameters: no quoting or escaping on either side.
-func (n *Notifier) send(ctx context.Context, changes []VoucherChange, extra ...[2]string) error {
+// (channel, payload) pairs. Payloads go as binary parameters: no quoting
+// or escaping on either side.
+func (n *Notifier) send(ctx context.Context, changes []pending, extra ...[2]string) error {
 	args := make([]any, 0, len(changes)+len(extra))
 	chans := make([]string, 0, len(changes)+len(extra))
 	for _, c := range changes {
-		var row []byte
-		if c.Voucher != nil {
-			var err error
-			if row, err = json.Marshal(c.Voucher); err != nil {
-				row = nil // keys only: replicas load it
-			}
-		}
-		p, err := EncodeNotification(c, row)
-		if err != nil {
-			n.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
-			continue
-		}
 		chans = append(chans, Channel)
-		args = append(args, p)
+		args = append(args, c.payload)
 	}
 	for _, e := range extra {
 		chans = append(chans, e[0])

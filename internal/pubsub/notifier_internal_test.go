@@ -15,6 +15,7 @@ import (
 // a batch that failed goes back in front, within the same bound.
 func TestNotifierQueueOverflowBecomesAGap(t *testing.T) {
 	n := &Notifier{opts: NotifierOptions{MaxQueue: 2, MaxBatch: 512}, signals: map[string]bool{}, wake: make(chan struct{}, 1), peers: true}
+	n.active.Store(true)
 	t0 := time.Date(2026, 11, 21, 12, 0, 0, 0, time.UTC)
 	change := func(i int) VoucherChange {
 		v := &ent.Voucher{ID: "vch_" + string(rune('a'+i)), Version: 1, UpdatedAt: t0.Add(time.Duration(i) * time.Second)}
@@ -24,7 +25,7 @@ func TestNotifierQueueOverflowBecomesAGap(t *testing.T) {
 		n.Publish(change(i))
 	}
 	got, _, gap := n.take()
-	if len(got) != 2 || got[0].ID != "vch_c" || got[1].ID != "vch_d" {
+	if len(got) != 2 || got[0].id != "vch_c" || got[1].id != "vch_d" {
 		t.Fatalf("kept %+v, want the newest two", got)
 	}
 	if !gap.Equal(t0) {
@@ -37,7 +38,7 @@ func TestNotifierQueueOverflowBecomesAGap(t *testing.T) {
 	n.Publish(change(5))
 	n.putBack(got, []string{"wake"}, time.Time{}) // c, d back in front of f: one too many
 	rest, signals, gap := n.take()
-	if len(rest) != 2 || rest[0].ID != "vch_d" || rest[1].ID != "vch_f" || len(signals) != 1 {
+	if len(rest) != 2 || rest[0].id != "vch_d" || rest[1].id != "vch_f" || len(signals) != 1 {
 		t.Fatalf("after put-back: %+v %v", rest, signals)
 	}
 	if !gap.Equal(t0.Add(2 * time.Second)) {
