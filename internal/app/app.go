@@ -83,7 +83,7 @@ type Clock func() time.Time
 
 // New opens storage, migrates it and builds every service.
 func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
-	db, err := storage.Open(ctx, cfg.DatabaseURL, storage.Options{MaxOpenConns: cfg.DBMaxConns})
+	db, err := storage.Open(ctx, cfg.DatabaseURL, storage.Options{MaxOpenConns: cfg.DBMaxConns, Unprepared: !cfg.DBPrepare})
 	if err != nil {
 		return nil, err
 	}

@@ -27,9 +27,11 @@ const (
 // Config is the whole configuration. Secrets are kept as raw strings and
 // never printed (see Redacted).
 type Config struct {
-	Addr                 string
-	DatabaseURL          string
-	DBMaxConns           int
+	Addr        string
+	DatabaseURL string
+	DBMaxConns  int
+	// DBPrepare runs the hot statements prepared (storage.Options).
+	DBPrepare            bool
 	Env                  string
 	JWTSecret            string
 	JWTIssuer            string
@@ -63,6 +65,7 @@ var Vars = []Var{
 	{"VOUCHER_ADDR", "addr", "127.0.0.1:8080", "listen address (host:port)"},
 	{"VOUCHER_DATABASE_URL", "database-url", "sqlite://./data/voucherd.db", "sqlite://PATH for the embedded database, or postgres://... for PostgreSQL"},
 	{"VOUCHER_DB_MAX_CONNS", "db-max-conns", "32", "PostgreSQL connection pool size"},
+	{"VOUCHER_DB_PREPARE", "db-prepare", "true", "run the hot statements as prepared statements; false behind a transaction-pooling proxy without prepared-statement support"},
 	{"VOUCHER_ENV", "env", Development, "development or production (production requires explicit secrets and hides introspection)"},
 	{"VOUCHER_JWT_SECRET", "jwt-secret", "", "HS256 signing secret, at least 32 bytes; generated once and stored in the database when unset in development"},
 	{"VOUCHER_JWT_ISSUER", "jwt-issuer", "voucherd", "JWT iss claim"},
@@ -139,6 +142,11 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
 		SweepInterval:        dur("VOUCHER_SWEEP_INTERVAL"),
 		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
+	}
+	if b, err := strconv.ParseBool(get("VOUCHER_DB_PREPARE")); err != nil {
+		bad("VOUCHER_DB_PREPARE", "want true or false, got %q", get("VOUCHER_DB_PREPARE"))
+	} else {
+		c.DBPrepare = b
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_WEBHOOK_ALLOW_PRIVATE")); err != nil {
 		bad("VOUCHER_WEBHOOK_ALLOW_PRIVATE", "want true or false, got %q", get("VOUCHER_WEBHOOK_ALLOW_PRIVATE"))

@@ -23,16 +23,19 @@ const maxPrepared = 256
 // Operational consequence: the statements are named and live as long as the
 // connection. A transaction-pooling proxy in front of PostgreSQL must
 // support prepared statements (PgBouncer 1.21+ with max_prepared_statements
-// set); session pooling always works (README, VOUCHER_DB_MAX_CONNS).
+// set); session pooling always works; VOUCHER_DB_PREPARE=false turns
+// preparing off (README).
 type Prepared struct {
 	db *sql.DB
+	// on: prepare; off, every statement runs as a plain query.
+	on bool
 
 	mu    sync.RWMutex
 	stmts map[string]*sql.Stmt
 }
 
-func newPrepared(db *sql.DB) *Prepared {
-	return &Prepared{db: db, stmts: make(map[string]*sql.Stmt)}
+func newPrepared(db *sql.DB, on bool) *Prepared {
+	return &Prepared{db: db, on: on, stmts: make(map[string]*sql.Stmt)}
 }
 
 // QueryContext runs query (already in the dialect's placeholder form) with
@@ -61,8 +64,11 @@ func (p *Prepared) ExecContext(ctx context.Context, query string, args ...any) (
 }
 
 // stmt returns query's prepared statement, preparing it on first use; nil
-// (and no error) when the cache is full.
+// (and no error) when the cache is full or preparing is off.
 func (p *Prepared) stmt(ctx context.Context, query string) (*sql.Stmt, error) {
+	if !p.on {
+		return nil, nil
+	}
 	p.mu.RLock()
 	st, ok := p.stmts[query]
 	full := len(p.stmts) >= maxPrepared

@@ -104,3 +104,46 @@ func TestPreparedStatementsAreBounded(t *testing.T) {
 		t.Fatalf("prepared texts: %d, want the bound, 256", n)
 	}
 }
+
+// With preparing off (a pooler that cannot keep prepared statements), the
+// same statements run as plain queries and nothing is prepared.
+func TestUnpreparedRunsPlainQueries(t *testing.T) {
+	for _, d := range testdb.Dialects {
+		t.Run(d, func(t *testing.T) {
+			ctx := context.Background()
+			db, err := storage.Open(ctx, testdb.URL(t, d), storage.Options{MaxOpenConns: 1, Unprepared: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			q := db.Rebind("SELECT ? || '-x'")
+			var got string
+			rows, err := db.Prepared.QueryContext(ctx, q, "a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !rows.Next() {
+				t.Fatalf("no row: %v", rows.Err())
+			}
+			if err := rows.Scan(&got); err != nil {
+				t.Fatal(err)
+			}
+			rows.Close()
+			if got != "a-x" {
+				t.Fatalf("got %q", got)
+			}
+			if n := db.Prepared.Len(); n != 0 {
+				t.Fatalf("prepared texts: %d, want 0", n)
+			}
+			if d == storage.Postgres {
+				var n int
+				if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM pg_prepared_statements").Scan(&n); err != nil {
+					t.Fatal(err)
+				}
+				if n != 0 {
+					t.Fatalf("server-side prepared statements: %d, want 0", n)
+				}
+			}
+		})
+	}
+}

@@ -45,6 +45,10 @@ type DB struct {
 type Options struct {
 	// MaxOpenConns bounds the pool (PostgreSQL); 0 means 32.
 	MaxOpenConns int
+	// Unprepared runs the hot statements unprepared (Prepared then passes
+	// them straight to the pool), for a connection pooler that cannot
+	// keep prepared statements.
+	Unprepared bool
 }
 
 // DefaultSQLiteURL is where the embedded database lives unless configured.
@@ -119,7 +123,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: connect to %s: %w", safe, err)
 	}
 	drv := entsql.OpenDB(dialect, db)
-	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db), Dialect: dialect, URL: safe}, nil
+	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db, !opts.Unprepared), Dialect: dialect, URL: safe}, nil
 }
 
 // Close closes the pool.
