@@ -239,6 +239,7 @@ func (a *App) buildWebhooks() {
 		RetryInterval: cfg.WebhookRetryInterval,
 		Workers:       cfg.WebhookWorkers,
 		ListenURL:     listen,
+		ClaimURL:      listen,
 		Log:           a.Log,
 	})
 	a.Webhooks = webhook.NewService(a.DB, webhook.Options{

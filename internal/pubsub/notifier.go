@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,6 +16,8 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+
+	"github.com/voucherd/voucherd/internal/storage"
 )
 
 // ReplicaChannel carries the replicas' liveness on PostgreSQL: every
@@ -167,22 +168,10 @@ func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) 
 	return n, nil
 }
 
-// notifierURL is databaseURL for the notifier's session: tagged, with
-// synchronous_commit off (a run-time parameter: lib/pq sends URL parameters
-// it does not know in the startup packet), and with lib/pq's
-// binary_parameters, without which a statement with arguments costs two
-// round trips (prepare, then execute) instead of one.
+// notifierURL is databaseURL for the notifier's session: its own, tagged,
+// with synchronous_commit off and binary parameters (see Notifier).
 func notifierURL(databaseURL string) (string, error) {
-	u, err := url.Parse(databaseURL)
-	if err != nil {
-		return "", fmt.Errorf("pubsub: database URL is not a valid URL")
-	}
-	q := u.Query()
-	q.Set("application_name", NotifierApplicationName)
-	q.Set("synchronous_commit", "off")
-	q.Set("binary_parameters", "yes")
-	u.RawQuery = q.Encode()
-	return u.String(), nil
+	return storage.AsyncCommitURL(databaseURL, NotifierApplicationName)
 }
 
 // Replica is the name this notifier uses on ReplicaChannel.

@@ -2,6 +2,7 @@ package storage_test
 
 import (
 	"context"
+	"database/sql"
 	"strconv"
 	"testing"
 
@@ -145,5 +146,26 @@ func TestUnpreparedRunsPlainQueries(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// An async-commit session commits without waiting for its WAL flush and
+// shows itself in pg_stat_activity.
+func TestAsyncCommitURL(t *testing.T) {
+	dsn, err := storage.AsyncCommitURL(testdb.URL(t, storage.Postgres), "voucherd-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sc, app string
+	if err := db.QueryRowContext(context.Background(), "SELECT current_setting('synchronous_commit'), current_setting('application_name')").Scan(&sc, &app); err != nil {
+		t.Fatal(err)
+	}
+	if sc != "off" || app != "voucherd-test" {
+		t.Fatalf("synchronous_commit=%s application_name=%s", sc, app)
 	}
 }

@@ -181,3 +181,24 @@ func (db *DB) Rebind(query string) string {
 	}
 	return b.String()
 }
+
+// AsyncCommitURL is a PostgreSQL databaseURL for a session of its own whose
+// commits do not wait for their WAL flush (synchronous_commit off: a run-time
+// parameter lib/pq sends in the startup packet), tagged applicationName in
+// pg_stat_activity, with binary_parameters (one round trip per statement).
+// For writes whose loss in a crash costs nothing but a repeat: a
+// notification (the data it announces is already durable) or a webhook
+// delivery's lease (an expired or lost lease only lets the delivery be
+// attempted again, which at-least-once delivery allows anyway).
+func AsyncCommitURL(databaseURL, applicationName string) (string, error) {
+	u, err := url.Parse(databaseURL)
+	if err != nil {
+		return "", fmt.Errorf("storage: database URL is not a valid URL")
+	}
+	q := u.Query()
+	q.Set("application_name", applicationName)
+	q.Set("synchronous_commit", "off")
+	q.Set("binary_parameters", "yes")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
+}

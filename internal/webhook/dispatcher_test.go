@@ -549,3 +549,36 @@ func TestDispatcherListensForOtherReplicas(t *testing.T) {
 		t.Fatalf("delivered %v after the commit", d)
 	}
 }
+
+// On PostgreSQL the dispatcher claims on a session of its own whose commits
+// do not wait for a WAL flush (a lease lost in a crash only means another
+// attempt); deliveries flow as before and their attempts are recorded.
+func TestDispatcherClaimsOnItsOwnSession(t *testing.T) {
+	t.Parallel()
+	url := testdb.URL(t, storage.Postgres)
+	ctx := context.Background()
+	db, err := storage.Open(ctx, url, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, db, fixtureOptions{})
+	f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet,
+		PollInterval: 50 * time.Millisecond, ClaimURL: url})
+	f.endpoint(t, "https://hooks.example.com/a")
+	f.run(t)
+	id := f.redeem(t)
+	eventually(t, 5*time.Second, "delivery", func() bool { return f.transport.count(id) == 1 })
+	eventually(t, 5*time.Second, "its attempt recorded", func() bool { return f.deliveryOf(t, id).Attempts == 1 })
+	var sessions int
+	if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+		webhook.ClaimsApplicationName).Scan(&sessions); err != nil {
+		t.Fatal(err)
+	}
+	if sessions != 1 {
+		t.Fatalf("claims sessions: %d, want 1", sessions)
+	}
+}
