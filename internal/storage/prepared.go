@@ -38,6 +38,10 @@ func newPrepared(db *sql.DB, on bool) *Prepared {
 	return &Prepared{db: db, on: on, stmts: make(map[string]*sql.Stmt)}
 }
 
+// NewPrepared runs statements on db prepared, for a pool other than DB's
+// own (a session with settings of its own). Close releases them.
+func NewPrepared(db *sql.DB) *Prepared { return newPrepared(db, true) }
+
 // QueryContext runs query (already in the dialect's placeholder form) with
 // args as a prepared statement.
 func (p *Prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
@@ -106,8 +110,8 @@ func (p *Prepared) Len() int {
 	return len(p.stmts)
 }
 
-// close releases every prepared statement (before the pool closes).
-func (p *Prepared) close() {
+// Close releases every prepared statement (before the pool closes).
+func (p *Prepared) Close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for q, st := range p.stmts {

@@ -128,7 +128,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 
 // Close closes the pool.
 func (db *DB) Close() error {
-	db.Prepared.close()
+	db.Prepared.Close()
 	return db.Client.Close()
 }
 

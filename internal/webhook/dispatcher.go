@@ -179,8 +179,10 @@ func (d *Dispatcher) Run(ctx context.Context) {
 		if db, err := openClaims(d.claimURL); err != nil {
 			d.log.ErrorContext(ctx, "webhook claims: own session unavailable; claiming on the shared pool", "err", err.Error())
 		} else {
+			p := storage.NewPrepared(db)
 			defer db.Close()
-			claims = db
+			defer p.Close()
+			claims = p
 		}
 	}
 	// Attempts and their records outlive ctx: cancelling them would lose
