@@ -518,16 +518,8 @@ func TestDispatcherDialGuard(t *testing.T) {
 // app wires it), without waiting for their poll.
 func TestDispatcherListensForOtherReplicas(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t, storage.Postgres)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := postgresWithURL(t)
 	f := newFixture(t, db, fixtureOptions{})
 	n, err := pubsub.NewNotifier(ctx, url, pubsub.NotifierOptions{})
 	if err != nil {
@@ -555,16 +547,8 @@ func TestDispatcherListensForOtherReplicas(t *testing.T) {
 // attempt); deliveries flow as before and their attempts are recorded.
 func TestDispatcherClaimsOnItsOwnSession(t *testing.T) {
 	t.Parallel()
-	url := testdb.URL(t, storage.Postgres)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := postgresWithURL(t)
 	f := newFixture(t, db, fixtureOptions{})
 	f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet,
 		PollInterval: 50 * time.Millisecond, ClaimURL: url})
@@ -581,4 +565,21 @@ func TestDispatcherClaimsOnItsOwnSession(t *testing.T) {
 	if sessions != 1 {
 		t.Fatalf("claims sessions: %d, want 1", sessions)
 	}
+}
+
+// postgresWithURL is a fresh migrated PostgreSQL database and its URL (for
+// the sessions a dispatcher opens itself), closed when t ends.
+func postgresWithURL(t *testing.T) (*storage.DB, string) {
+	t.Helper()
+	url := testdb.URL(t, storage.Postgres)
+	ctx := context.Background()
+	db, err := storage.Open(ctx, url, storage.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return db, url
 }
