@@ -3,7 +3,11 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"errors"
+	"strings"
 	"sync"
+
+	"github.com/lib/pq"
 )
 
 // maxPrepared bounds the distinct statement texts Prepared keeps. The hot
@@ -45,26 +49,58 @@ func NewPrepared(db *sql.DB) *Prepared { return newPrepared(db, true) }
 // QueryContext runs query (already in the dialect's placeholder form) with
 // args as a prepared statement.
 func (p *Prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	st, err := p.stmt(ctx, query)
-	if err != nil {
-		return nil, err
+	for retried := false; ; retried = true {
+		st, err := p.stmt(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil {
+			return p.db.QueryContext(ctx, query, args...)
+		}
+		rows, err := st.QueryContext(ctx, args...)
+		if err == nil || retried || !stalePlan(err) {
+			return rows, err
+		}
+		p.forget(query, st)
 	}
-	if st == nil {
-		return p.db.QueryContext(ctx, query, args...)
-	}
-	return st.QueryContext(ctx, args...)
 }
 
 // ExecContext is QueryContext for a statement without rows.
 func (p *Prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	st, err := p.stmt(ctx, query)
-	if err != nil {
-		return nil, err
+	for retried := false; ; retried = true {
+		st, err := p.stmt(ctx, query)
+		if err != nil {
+			return nil, err
+		}
+		if st == nil {
+			return p.db.ExecContext(ctx, query, args...)
+		}
+		res, err := st.ExecContext(ctx, args...)
+		if err == nil || retried || !stalePlan(err) {
+			return res, err
+		}
+		p.forget(query, st)
 	}
-	if st == nil {
-		return p.db.ExecContext(ctx, query, args...)
+}
+
+// stalePlan reports PostgreSQL refusing a prepared statement whose result
+// columns changed type since it was prepared (a migration by another
+// replica during a rolling deploy). It is raised before the statement
+// runs, and the statement stays refused on every connection, so the
+// statement is forgotten and prepared again, once.
+func stalePlan(err error) bool {
+	var pe *pq.Error
+	return errors.As(err, &pe) && pe.Code == "0A000" && strings.Contains(pe.Message, "cached plan must not change result type")
+}
+
+// forget drops st, query's statement, so the next use prepares it again.
+func (p *Prepared) forget(query string, st *sql.Stmt) {
+	p.mu.Lock()
+	if p.stmts[query] == st {
+		delete(p.stmts, query)
 	}
-	return st.ExecContext(ctx, args...)
+	p.mu.Unlock()
+	_ = st.Close()
 }
 
 // stmt returns query's prepared statement, preparing it on first use; nil

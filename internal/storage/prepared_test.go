@@ -3,6 +3,7 @@ package storage_test
 import (
 	"context"
 	"database/sql"
+	"fmt"
 	"strconv"
 	"testing"
 
@@ -167,5 +168,49 @@ func TestAsyncCommitURL(t *testing.T) {
 	}
 	if sc != "off" || app != "voucherd-test" {
 		t.Fatalf("synchronous_commit=%s application_name=%s", sc, app)
+	}
+}
+
+// A column's type changed under a prepared statement (another replica's
+// migration during a rolling deploy): PostgreSQL refuses the old plan, and
+// the statement is prepared again instead of failing from then on.
+func TestPreparedStatementSurvivesAColumnTypeChange(t *testing.T) {
+	ctx := context.Background()
+	db, err := storage.Open(ctx, testdb.URL(t, storage.Postgres), storage.Options{MaxOpenConns: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.SQL.ExecContext(ctx, "CREATE TABLE t (id int PRIMARY KEY, v int NOT NULL)"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SQL.ExecContext(ctx, "INSERT INTO t VALUES (1, 7)"); err != nil {
+		t.Fatal(err)
+	}
+	read := func() (string, error) {
+		rows, err := db.Prepared.QueryContext(ctx, "SELECT v FROM t WHERE id = $1", 1)
+		if err != nil {
+			return "", err
+		}
+		defer rows.Close()
+		var v string
+		if !rows.Next() {
+			return "", fmt.Errorf("no row: %v", rows.Err())
+		}
+		if err := rows.Scan(&v); err != nil {
+			return "", err
+		}
+		return v, nil
+	}
+	if v, err := read(); err != nil || v != "7" {
+		t.Fatalf("before: %q, %v", v, err)
+	}
+	if _, err := db.SQL.ExecContext(ctx, "ALTER TABLE t ALTER COLUMN v TYPE text"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if v, err := read(); err != nil || v != "7" {
+			t.Fatalf("after the type change, read %d: %q, %v", i, v, err)
+		}
 	}
 }
