@@ -56,7 +56,8 @@ type execSchema struct {
 	// renderers keeps, per shareable selection (fingerprint handle), a
 	// *sync.Pool of *renderer: gqlgen's generated code run once and fed
 	// one event per rendering.
-	renderers sync.Map
+	renderers      sync.Map
+	rendererShapes atomic.Int64
 }
 
 // execSettings are the executor's parts of an OperationContext.
@@ -342,12 +343,15 @@ func (run *subRun) produce(ctx context.Context, v *ent.Voucher) *graphql.Respons
 	ctx = context.WithoutCancel(ctx)
 	if run.shape != (unique.Handle[string]{}) {
 		pool := run.e.rendererPool(run.shape)
-		r, _ := pool.Get().(*renderer)
+		var r *renderer
+		if pool != nil {
+			r, _ = pool.Get().(*renderer)
+		}
 		if r == nil {
 			r = run.newRenderer(ctx)
 		}
 		resp, ok := r.render(ctx, v)
-		if ok {
+		if ok && pool != nil {
 			pool.Put(r)
 		}
 		return resp
@@ -373,11 +377,24 @@ func (run *subRun) operation(vars map[string]any) *graphql.OperationContext {
 	}
 }
 
+// maxRendererShapes bounds the selections that keep a renderer pool: a
+// pool is never removed, and clients choose their selections (aliases
+// included), so past the bound a selection's renderings build their
+// renderer each time instead (what every rendering cost before pools).
+const maxRendererShapes = 1024
+
+// rendererPool is shape's pool of renderers; nil past maxRendererShapes.
 func (e *execSchema) rendererPool(shape unique.Handle[string]) *sync.Pool {
 	if p, ok := e.renderers.Load(shape); ok {
 		return p.(*sync.Pool)
 	}
-	p, _ := e.renderers.LoadOrStore(shape, &sync.Pool{})
+	if e.rendererShapes.Load() >= maxRendererShapes {
+		return nil
+	}
+	p, loaded := e.renderers.LoadOrStore(shape, &sync.Pool{})
+	if !loaded {
+		e.rendererShapes.Add(1)
+	}
 	return p.(*sync.Pool)
 }
 
