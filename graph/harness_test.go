@@ -56,15 +56,7 @@ func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, n
 func newHarness(t testing.TB, dialect string, o harnessOptions) *harness {
 	t.Helper()
 	ctx := context.Background()
-	url := testdb.URL(t, dialect)
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := testdb.OpenURL(t, dialect)
 	if o.tokenTTL == 0 {
 		o.tokenTTL = time.Hour
 	}

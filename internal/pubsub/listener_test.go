@@ -11,7 +11,6 @@ import (
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testdb"
-	"github.com/voucherd/voucherd/internal/testpg"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -68,16 +67,8 @@ func waitEvent(t *testing.T, s *pubsub.Subscription, d time.Duration) *pubsub.Ev
 // and after the LISTEN connection is cut, the change made during the gap
 // (whose NOTIFY is lost) arrives anyway, as a resync.
 func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
-	url := testpg.Database(t)
 	ctx := context.Background()
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := testdb.OpenURL(t, storage.Postgres)
 	hub := pubsub.NewHub(pubsub.EntLoader{Client: db.Client}, pubsub.Options{})
 	defer hub.Close()
 	// A slow first reconnect leaves a window in which NOTIFYs are lost.

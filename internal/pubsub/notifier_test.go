@@ -13,7 +13,7 @@ import (
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testpg"
+	"github.com/voucherd/voucherd/internal/testdb"
 )
 
 // countingLoader is EntLoader that counts the vouchers it loads.
@@ -44,16 +44,7 @@ type shared struct {
 
 func newShared(t *testing.T) *shared {
 	t.Helper()
-	url := testpg.Database(t)
-	ctx := context.Background()
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
+	db, url := testdb.OpenURL(t, storage.Postgres)
 	return &shared{url: url, db: db}
 }
 

@@ -27,8 +27,17 @@ func URL(t testing.TB, dialect string) string {
 // Open returns a fresh migrated database of dialect, closed when t ends.
 func Open(t testing.TB, dialect string) *storage.DB {
 	t.Helper()
+	db, _ := OpenURL(t, dialect)
+	return db
+}
+
+// OpenURL is Open, with the database's URL for connections a test opens
+// itself (a second replica, a LISTEN session).
+func OpenURL(t testing.TB, dialect string) (*storage.DB, string) {
+	t.Helper()
 	ctx := context.Background()
-	db, err := storage.Open(ctx, URL(t, dialect), storage.Options{MaxOpenConns: 40})
+	url := URL(t, dialect)
+	db, err := storage.Open(ctx, url, storage.Options{MaxOpenConns: 40})
 	if err != nil {
 		t.Fatalf("open %s: %v", dialect, err)
 	}
@@ -36,7 +45,7 @@ func Open(t testing.TB, dialect string) *storage.DB {
 	if err := db.Migrate(ctx); err != nil {
 		t.Fatalf("migrate %s: %v", dialect, err)
 	}
-	return db
+	return db, url
 }
 
 // Each runs fn as a subtest on a fresh database of every dialect.

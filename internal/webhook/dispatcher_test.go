@@ -519,7 +519,7 @@ func TestDispatcherDialGuard(t *testing.T) {
 func TestDispatcherListensForOtherReplicas(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, url := postgresWithURL(t)
+	db, url := testdb.OpenURL(t, storage.Postgres)
 	f := newFixture(t, db, fixtureOptions{})
 	n, err := pubsub.NewNotifier(ctx, url, pubsub.NotifierOptions{})
 	if err != nil {
@@ -548,7 +548,7 @@ func TestDispatcherListensForOtherReplicas(t *testing.T) {
 func TestDispatcherClaimsOnItsOwnSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db, url := postgresWithURL(t)
+	db, url := testdb.OpenURL(t, storage.Postgres)
 	f := newFixture(t, db, fixtureOptions{})
 	f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet,
 		PollInterval: 50 * time.Millisecond, ClaimURL: url})
@@ -565,21 +565,4 @@ func TestDispatcherClaimsOnItsOwnSession(t *testing.T) {
 	if sessions != 1 {
 		t.Fatalf("claims sessions: %d, want 1", sessions)
 	}
-}
-
-// postgresWithURL is a fresh migrated PostgreSQL database and its URL (for
-// the sessions a dispatcher opens itself), closed when t ends.
-func postgresWithURL(t *testing.T) (*storage.DB, string) {
-	t.Helper()
-	url := testdb.URL(t, storage.Postgres)
-	ctx := context.Background()
-	db, err := storage.Open(ctx, url, storage.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	if err := db.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return db, url
 }
