@@ -108,6 +108,14 @@ func checks(r *report.Run) []report.Check {
 				c.Note = fmt.Sprintf("only %.0f of %.0f transitions/s achieved", got, want)
 			}
 		}
+		// A miss while the disk stalled says so: the stalled flush held
+		// the commits back, and they completed as one burst.
+		if !c.Met && c.Note == "" {
+			if n, ok := figure(x, stallFigure); ok && n > 0 {
+				worst, _ := figure(x, "slowest flush during the phase")
+				c.Note = fmt.Sprintf("disk: %.0f flushes over %d ms during the phase, slowest %.0f ms", n, stallThreshold/time.Millisecond, worst)
+			}
+		}
 		out = append(out, c)
 	}
 

@@ -74,3 +74,31 @@ func TestChecks(t *testing.T) {
 		}
 	}
 }
+
+func TestCommitToSubscriberMissNamesTheDiskStalls(t *testing.T) {
+	c2c := func(id string, p99 time.Duration, stalls float64) *report.Result {
+		return &report.Result{ID: id, Name: "commit→subscriber PG, 1000 transitions/s",
+			Latency: &stats.Summary{Count: 1, P99: p99},
+			Figures: []report.Figure{{Name: "achieved transition rate", Value: 1000},
+				{Name: stallFigure, Value: stalls}, {Name: "slowest flush during the phase", Value: 412}}}
+	}
+	run := &report.Run{Results: []*report.Result{
+		c2c("subs-c2c", 9*time.Millisecond, 3),         // missed while the disk stalled
+		c2c("subs-c2c-replica", 9*time.Millisecond, 0), // missed on a calm disk
+	}}
+	notes := map[string]string{}
+	for _, c := range checks(run) {
+		if strings.HasPrefix(c.Target, "commit->subscriber") && c.NotRun == "" {
+			if c.Met {
+				t.Errorf("%s: met at 9 ms", c.Target)
+			}
+			notes[c.Target] = c.Note
+		}
+	}
+	if got, want := notes["commit->subscriber p99 <= 5 ms at 1000/s (PG, same replica)"], "disk: 3 flushes over 20 ms during the phase, slowest 412 ms"; got != want {
+		t.Errorf("note %q, want %q", got, want)
+	}
+	if got := notes["commit->subscriber p99 <= 5 ms at 1000/s (PG, other replica)"]; got != "" {
+		t.Errorf("a calm disk is blamed: %q", got)
+	}
+}

@@ -11,34 +11,61 @@ import (
 	"github.com/voucherd/voucherd/bench/stats"
 )
 
-// diskProbe measures the disk every durable commit waits for: an 8 KiB
-// write and fdatasync (what a WAL flush is) on the database cluster's own
-// filesystem, back to back for d, before anything else runs. The
-// transition and commit→subscriber figures depend on it: a commit takes
-// at least one flush, and a flush that stalls holds every commit behind
-// it, so the writes that pile up meanwhile land as one burst. Its maximum
-// is printed beside the percentiles for that reason.
+// flusher times what a durable commit waits for: an 8 KiB write and
+// fdatasync (what a WAL flush is), on a file of its own in the database
+// cluster's filesystem.
+type flusher struct {
+	f   *os.File
+	buf []byte
+}
+
+func newFlusher(dir string) (*flusher, error) {
+	f, err := os.CreateTemp(dir, "flush-probe-*")
+	if err != nil {
+		return nil, err
+	}
+	return &flusher{f: f, buf: make([]byte, 8<<10)}, nil
+}
+
+// flush writes and syncs once and returns how long that took.
+func (fl *flusher) flush() (time.Duration, error) {
+	t := time.Now()
+	if _, err := fl.f.WriteAt(fl.buf, 0); err != nil {
+		return 0, err
+	}
+	if err := fl.f.Sync(); err != nil {
+		return 0, err
+	}
+	return time.Since(t), nil
+}
+
+func (fl *flusher) close() {
+	fl.f.Close()
+	os.Remove(fl.f.Name())
+}
+
+// diskProbe measures the disk every durable commit waits for, flushing
+// back to back for d before anything else runs. The transition and
+// commit→subscriber figures depend on it: a commit takes at least one
+// flush, and a flush that stalls holds every commit behind it, so the
+// writes that pile up meanwhile land as one burst. Its maximum is printed
+// beside the percentiles for that reason.
 func (h *Harness) diskProbe(ctx context.Context, dir string, d time.Duration) {
 	const id, name = "ref-disk-flush", "disk: 8 KiB write + fdatasync back to back, database filesystem, before the scenarios"
 	err := guard(func() error {
-		f, err := os.CreateTemp(dir, "flush-probe-*")
+		fl, err := newFlusher(dir)
 		if err != nil {
 			return err
 		}
-		defer os.Remove(f.Name())
-		defer f.Close()
-		buf := make([]byte, 8<<10)
+		defer fl.close()
 		rec := stats.NewRecorder(0)
 		start := time.Now()
 		for time.Since(start) < d && ctx.Err() == nil {
-			t := time.Now()
-			if _, err := f.WriteAt(buf, 0); err != nil {
+			took, err := fl.flush()
+			if err != nil {
 				return err
 			}
-			if err := f.Sync(); err != nil {
-				return err
-			}
-			rec.Add(time.Since(t))
+			rec.Add(took)
 		}
 		sum := rec.Summary(time.Since(start))
 		h.add(&report.Result{ID: id, Group: "references", Name: name, Unit: "flush", Latency: &sum,
@@ -48,5 +75,61 @@ func (h *Harness) diskProbe(ctx context.Context, dir string, d time.Duration) {
 	})
 	if err != nil {
 		h.notRun(id, "references", name, "failed: "+err.Error())
+	}
+}
+
+// stallThreshold is a flush slow enough to break the 5 ms
+// commit→subscriber target by itself: the commits it holds back complete
+// together and their updates queue behind each other.
+const stallThreshold = 20 * time.Millisecond
+
+// stallFigure names the count of sampled flushes over stallThreshold.
+var stallFigure = fmt.Sprintf("of them over %d ms", stallThreshold/time.Millisecond)
+
+// flushWatch samples the disk while a phase runs: one flush every 50 ms
+// (20 a second beside the phase's own commits, which it does not slow),
+// so a phase's result can be read against what the disk did meanwhile.
+// stop ends it and returns the figures to print beside the phase.
+func flushWatch(dir string) (stop func() []report.Figure) {
+	fl, err := newFlusher(dir)
+	if err != nil {
+		return func() []report.Figure { return nil }
+	}
+	done := make(chan struct{})
+	out := make(chan []report.Figure, 1)
+	go func() {
+		var worst time.Duration
+		n, stalls := 0, 0
+		var stalled time.Duration
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				fl.close()
+				out <- []report.Figure{
+					{Name: "disk flushes sampled during the phase (1 per 50 ms)", Value: float64(n), Unit: ""},
+					{Name: stallFigure, Value: float64(stalls), Unit: ""},
+					{Name: "time spent in those slow flushes", Value: ms(stalled), Unit: "ms"},
+					{Name: "slowest flush during the phase", Value: ms(worst), Unit: "ms"},
+				}
+				return
+			case <-tick.C:
+			}
+			took, err := fl.flush()
+			if err != nil {
+				continue
+			}
+			n++
+			worst = max(worst, took)
+			if took > stallThreshold {
+				stalls++
+				stalled += took
+			}
+		}
+	}()
+	return func() []report.Figure {
+		close(done)
+		return <-out
 	}
 }

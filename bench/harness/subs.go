@@ -191,6 +191,9 @@ type c2cTarget struct {
 	// as rid.
 	replica    *Process
 	rid, rname string
+	// flushDir, when set, is the database's filesystem: the disk is
+	// sampled during the phase (flushWatch) and reported beside it.
+	flushDir string
 }
 
 // commitToClient (PostgreSQL): one subscriber per voucher (the payer
@@ -229,7 +232,7 @@ func (s *pgScenarios) commitToClient(ctx context.Context) {
 		}
 		defer replica.Stop()
 		return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: s.svc, api: s.api, pprof: s.pprof,
-			payer: s.payer.Token, ids: ids, replica: replica, rid: rid, rname: rname})
+			payer: s.payer.Token, ids: ids, replica: replica, rid: rid, rname: rname, flushDir: h.pg.Dir()})
 	})
 	if err != nil {
 		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
@@ -351,6 +354,10 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	writers := newLeanPool(t.svc.Addr)
 	defer writers.Close()
 	busy := proc.MachineBusy()
+	disk := func() []report.Figure { return nil }
+	if t.flushDir != "" {
+		disk = flushWatch(t.flushDir)
+	}
 	n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
 		v := i % k
 		t0 := time.Now()
@@ -365,6 +372,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		return nil
 	})
 	machineBusy := busy()
+	diskFigures := disk()
 	time.Sleep(2 * time.Second) // let the last updates arrive
 	usage := stopSampler(smp, t.svc, true)
 	var rusage *proc.Usage
@@ -420,7 +428,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		}
 		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
 		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
-			Figures: []report.Figure{
+			Figures: append([]report.Figure{
 				{Name: "subscribers", Value: float64(x.subs), Unit: ""},
 				{Name: "transitions sent (all subscribers)", Value: float64(n), Unit: ""},
 				{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
@@ -433,7 +441,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
 				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
 				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
-			}})
+			}, diskFigures...)})
 	}
 	return nil
 }
