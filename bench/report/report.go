@@ -150,8 +150,8 @@ func MiB(b int64) string {
 // Num formats a figure compactly.
 func Num(v float64) string {
 	switch {
-	case v == 0:
-		return "0"
+	case v == math.Trunc(v) && math.Abs(v) < 1e15: // counts
+		return fmt.Sprintf("%.0f", v)
 	case math.Abs(v) >= 100:
 		return fmt.Sprintf("%.0f", v)
 	case math.Abs(v) >= 10:
