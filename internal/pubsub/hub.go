@@ -161,10 +161,17 @@ func (h *Hub) Publish(c VoucherChange) {
 	h.shardFor(c.ID).add(c, false)
 }
 
-// Resync re-sends current state after changes may have been lost (a
-// LISTEN connection that dropped): every followed voucher is loaded and sent
-// again, and so is every voucher of a followed session or business changed
-// at or after since. Versions may repeat; they never go back.
+// Resync sends what this replica may have missed after changes could have
+// been lost (a LISTEN connection that dropped, a replica that went silent
+// or dropped notifications): every followed voucher is loaded, and so is
+// every voucher of a followed session or business changed at or after
+// since, and each is sent unless this hub already dispatched that version.
+// A resync reaches back a margin before the loss (a minute by default), so
+// most of what it loads was delivered already; re-sending all of it would
+// flood business-wide subscribers with repeats (past their MaxPending, which
+// ends them with ErrSlow) for changes nobody missed. A version the hub's
+// memo has forgotten is sent again, marked Resync: versions may repeat, they
+// never go back.
 func (h *Hub) Resync(ctx context.Context, since time.Time) error {
 	changes, err := h.loader.ChangedSince(ctx, since)
 	if err != nil {
@@ -611,10 +618,11 @@ func (s *shard) process(batch []pendingChange, buf []*Subscription) ([]*Subscrip
 	return buf, nil, nil
 }
 
-// send dispatches v unless a version at least as new was sent already
-// (the same one again only for a resync).
+// send dispatches v unless a version at least as new was sent already.
+// That holds for a resync too: every subscriber this hub had then got that
+// version, and a later one started from a state at least as new.
 func (s *shard) send(v *ent.Voucher, resync bool, buf []*Subscription) []*Subscription {
-	if last, ok := s.seen.get(v.ID); ok && (v.Version < last || (v.Version == last && !resync)) {
+	if last, ok := s.seen.get(v.ID); ok && v.Version <= last {
 		return buf
 	}
 	s.seen.put(v.ID, v.Version)

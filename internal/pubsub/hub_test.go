@@ -3,6 +3,7 @@ package pubsub
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"runtime"
@@ -288,31 +289,80 @@ func TestResync(t *testing.T) {
 	defer byBusiness.Close()
 	h.Publish(l.set("vch_1", "ses_1", "", 1))
 	next(t, byID)
+	h.Publish(l.set("vch_5", "ses_5", "biz_1", 3))
+	next(t, byBusiness)
+	h.Publish(l.set("vch_6", "ses_5", "biz_1", 4))
+	next(t, byBusiness)
 
 	// During a gap vch_2 (session ses_9) and vch_3 (business biz_1)
-	// changed; vch_4 belongs to nobody followed.
+	// changed unseen, and vch_6 moved on to version 5; vch_4 belongs to
+	// nobody followed. vch_1 and vch_5 are as this hub last sent them.
 	l.changed = []VoucherChange{
 		l.set("vch_2", "ses_9", "", 2),
 		l.set("vch_3", "ses_5", "biz_1", 7),
 		l.set("vch_4", "ses_6", "", 1),
+		l.set("vch_5", "ses_5", "biz_1", 3),
+		l.set("vch_6", "ses_5", "biz_1", 5),
 	}
 	if err := h.Resync(context.Background(), time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	// The id subscriber gets its (unchanged) current state again.
-	if ev := next(t, byID); ev.Voucher.Version != 1 || !ev.Resync {
-		t.Fatalf("id resync: v%d resync=%v", ev.Voucher.Version, ev.Resync)
-	}
 	if ev := next(t, bySession); ev.Voucher.ID != "vch_2" || !ev.Resync {
 		t.Fatalf("session resync: %s", ev.Voucher.ID)
 	}
-	if ev := next(t, byBusiness); ev.Voucher.ID != "vch_3" || ev.Voucher.Version != 7 {
-		t.Fatalf("business resync: %s v%d", ev.Voucher.ID, ev.Voucher.Version)
+	got := map[string]int{}
+	for range 2 {
+		ev := next(t, byBusiness)
+		got[ev.Voucher.ID] = ev.Voucher.Version
 	}
+	if got["vch_3"] != 7 || got["vch_6"] != 5 {
+		t.Fatalf("business resync: %v, want vch_3 v7 and vch_6 v5", got)
+	}
+	// What the hub had sent already is not sent again: not the followed
+	// voucher that did not change, not the business voucher it had.
+	nothing(t, byID)
+	nothing(t, byBusiness)
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.loadedID["vch_4"] != 0 {
+	loadedVch4 := l.loadedID["vch_4"]
+	l.mu.Unlock()
+	if loadedVch4 != 0 {
 		t.Fatal("resync loaded a voucher nobody follows")
+	}
+
+	// A version the memo forgot is sent again, marked as a resync.
+	h2 := newHub(t, l, Options{})
+	again := h2.Subscribe(ByVoucher, "vch_1")
+	defer again.Close()
+	if err := h2.Resync(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, again); ev.Voucher.ID != "vch_1" || ev.Voucher.Version != 1 || !ev.Resync {
+		t.Fatalf("forgotten version: %s v%d resync=%v", ev.Voucher.ID, ev.Voucher.Version, ev.Resync)
+	}
+}
+
+// A replica that goes silent makes the others resync a minute of changes;
+// a business subscriber that had them all must not be flooded with
+// repeats (past MaxPending, which would end it with ErrSlow).
+func TestResyncOfDeliveredChangesKeepsBusinessSubscribers(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{MaxPending: 8})
+	sub := h.Subscribe(ByBusiness, "biz_1")
+	defer sub.Close()
+	var changed []VoucherChange
+	for i := range 50 {
+		c := l.set(fmt.Sprintf("vch_%02d", i), "ses_1", "biz_1", 2)
+		h.Publish(c)
+		next(t, sub)
+		changed = append(changed, c)
+	}
+	l.changed = changed
+	if err := h.Resync(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	nothing(t, sub)
+	if st := h.Stats(); st.Dropped != 0 {
+		t.Fatalf("subscribers dropped by a resync of delivered changes: %d", st.Dropped)
 	}
 }
 
