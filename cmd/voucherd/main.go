@@ -39,6 +39,23 @@ func run() error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 
+	// Both addresses are bound before the app starts: a taken port then
+	// fails the start before this replica has announced itself to the
+	// others (its notifier says "alive" on start), rather than leaving
+	// them to notice its silence and resync.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	var pprofLn net.Listener
+	if cfg.PprofAddr != "" {
+		if pprofLn, err = net.Listen("tcp", cfg.PprofAddr); err != nil {
+			return fmt.Errorf("VOUCHER_PPROF_ADDR: %w", err)
+		}
+		defer pprofLn.Close()
+	}
+
 	a, err := app.New(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -52,15 +69,9 @@ func run() error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
 	a.Start(ctx)
-	if cfg.PprofAddr != "" {
-		if err := servePprof(ctx, cfg.PprofAddr, log); err != nil {
-			return err
-		}
+	if pprofLn != nil {
+		servePprof(ctx, pprofLn, log)
 	}
 	log.Info("voucherd listening", "addr", ln.Addr().String(), "database", a.DB.URL, "env", cfg.Env)
 
@@ -92,17 +103,13 @@ func run() error {
 // servePprof serves the profiling endpoints on their own listener, so they
 // are reachable only where the operator put them (make bench uses a
 // loopback port) and never through the API address.
-func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
+func servePprof(ctx context.Context, ln net.Listener, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("VOUCHER_PPROF_ADDR: %w", err)
-	}
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
@@ -114,5 +121,4 @@ func servePprof(ctx context.Context, addr string, log *slog.Logger) error {
 		}
 	}()
 	log.Info("pprof listening", "addr", ln.Addr().String())
-	return nil
 }
