@@ -180,8 +180,26 @@ func (h *Harness) serviceEnv(addr, dbURL, pprofAddr string) map[string]string {
 	return env
 }
 
-// startService starts voucherd on dbURL.
+// startService starts voucherd on dbURL. A free port found by FreeAddr
+// is closed again before the service binds it, and the ephemeral range it
+// comes from is the one the bench's own outgoing connections (thousands of
+// them) draw from: a start that lost its port that way is tried again on
+// new ports (seen once: the second replica's pprof port, mid-run).
 func (h *Harness) startService(dbURL string) (*Process, string, error) {
+	var err error
+	for range 3 {
+		var p *Process
+		var pprofAddr string
+		p, pprofAddr, err = h.startServiceOnce(dbURL)
+		if err == nil || !strings.Contains(err.Error(), "address already in use") {
+			return p, pprofAddr, err
+		}
+		h.log.Warn("a port the service was given was taken before it bound it; starting it again", "err", err)
+	}
+	return nil, "", err
+}
+
+func (h *Harness) startServiceOnce(dbURL string) (*Process, string, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
