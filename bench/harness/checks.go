@@ -112,7 +112,7 @@ func checks(r *report.Run) []report.Check {
 		// the commits back, and they completed as one burst.
 		if !c.Met && c.Note == "" {
 			if n, ok := figure(x, stallFigure); ok && n > 0 {
-				worst, _ := figure(x, "slowest flush during the phase")
+				worst, _ := figure(x, slowestFlushFigure)
 				c.Note = fmt.Sprintf("disk: %.0f flushes over %d ms during the phase, slowest %.0f ms", n, stallThreshold/time.Millisecond, worst)
 			}
 		}

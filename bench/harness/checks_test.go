@@ -80,7 +80,7 @@ func TestCommitToSubscriberMissNamesTheDiskStalls(t *testing.T) {
 		return &report.Result{ID: id, Name: "commit→subscriber PG, 1000 transitions/s",
 			Latency: &stats.Summary{Count: 1, P99: p99},
 			Figures: []report.Figure{{Name: "achieved transition rate", Value: 1000},
-				{Name: stallFigure, Value: stalls}, {Name: "slowest flush during the phase", Value: 412}}}
+				{Name: stallFigure, Value: stalls}, {Name: slowestFlushFigure, Value: 412}}}
 	}
 	run := &report.Run{Results: []*report.Result{
 		c2c("subs-c2c", 9*time.Millisecond, 3),         // missed while the disk stalled

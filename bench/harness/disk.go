@@ -83,8 +83,11 @@ func (h *Harness) diskProbe(ctx context.Context, dir string, d time.Duration) {
 // together and their updates queue behind each other.
 const stallThreshold = 20 * time.Millisecond
 
-// stallFigure names the count of sampled flushes over stallThreshold.
+// The figures of flushWatch that checks reads: the count of sampled
+// flushes over stallThreshold, and the slowest.
 var stallFigure = fmt.Sprintf("of them over %d ms", stallThreshold/time.Millisecond)
+
+const slowestFlushFigure = "slowest flush during the phase"
 
 // flushWatch samples the disk while a phase runs: one flush every 50 ms
 // (20 a second beside the phase's own commits, which it does not slow),
@@ -111,7 +114,7 @@ func flushWatch(dir string) (stop func() []report.Figure) {
 					{Name: "disk flushes sampled during the phase (1 per 50 ms)", Value: float64(n), Unit: ""},
 					{Name: stallFigure, Value: float64(stalls), Unit: ""},
 					{Name: "time spent in those slow flushes", Value: ms(stalled), Unit: "ms"},
-					{Name: "slowest flush during the phase", Value: ms(worst), Unit: "ms"},
+					{Name: slowestFlushFigure, Value: ms(worst), Unit: "ms"},
 				}
 				return
 			case <-tick.C:
