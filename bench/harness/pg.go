@@ -28,18 +28,20 @@ type pgScenarios struct {
 	api   *API
 	feat  features
 
-	payer   Identity
-	user    Identity
-	sess    Session
-	payee   string // resource token of sess
-	clone   string // a RESERVED voucher of sess: the row seeds are cloned from
-	readID  string // a REDEEMED voucher the read scenarios fetch
-	redeem  []pgref.Statement
-	script  string
-	read    *floor.ReadQuery
-	setupOK error
-	biz     string
-	bizErr  error
+	payer  Identity
+	user   Identity
+	sess   Session
+	payee  string // resource token of sess
+	clone  string // a RESERVED voucher of sess: the row seeds are cloned from
+	readID string // a REDEEMED voucher the read scenarios fetch
+	redeem []pgref.Statement
+	script string
+	// scriptVars are the script's bind values, passed to pgbench as -D.
+	scriptVars []pgref.Var
+	read       *floor.ReadQuery
+	setupOK    error
+	biz        string
+	bizErr     error
 }
 
 // features says which parts of the interface the running service has.
@@ -237,7 +239,7 @@ func (s *pgScenarios) setup(ctx context.Context) error {
 	if s.redeem, err = pgref.Transition(stmts, capture.ID); err != nil {
 		return err
 	}
-	s.script, err = pgref.Script(s.redeem, capture.ID, func(q string) ([]string, error) { return pgref.ParamTypes(ctx, conn, q) })
+	s.script, s.scriptVars, err = pgref.Script(s.redeem, capture.ID, func(q string) ([]string, error) { return pgref.ParamTypes(ctx, conn, q) })
 	if err != nil {
 		return err
 	}
@@ -245,6 +247,9 @@ func (s *pgScenarios) setup(ctx context.Context) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(s.h.cfg.OutDir, "redeem.pgbench.sql"), []byte(s.script), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(s.h.cfg.OutDir, "redeem.pgbench.vars"), []byte(varLines(s.scriptVars)), 0o644); err != nil {
 		return err
 	}
 
@@ -326,6 +331,16 @@ func (s *pgScenarios) transitions(ctx context.Context) {
 	}
 }
 
+// varLines lists the script's bind values, one -D argument a line.
+func varLines(vars []pgref.Var) string {
+	var b strings.Builder
+	for _, v := range vars {
+		b.WriteString(v.Arg())
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
 // pgbenchOptions runs the captured redeem the way the service ran it:
 // prepared when every captured statement was a named prepared statement.
 func (s *pgScenarios) pgbenchOptions(bin string, clients int, d time.Duration, script string, run int) pgref.Options {
@@ -334,7 +349,7 @@ func (s *pgScenarios) pgbenchOptions(bin string, clients int, d time.Duration, s
 		prepared = prepared && st.Prepared
 	}
 	return pgref.Options{Bin: bin, Port: s.h.pg.Port(), DB: "voucherd", Clients: clients, Duration: d,
-		Script: script, LogDir: filepath.Join(s.h.cfg.OutDir, "pgbench"), Run: run, Prepared: prepared}
+		Script: script, Vars: s.scriptVars, LogDir: filepath.Join(s.h.cfg.OutDir, "pgbench"), Run: run, Prepared: prepared}
 }
 
 func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName, id, name string) error {
@@ -431,8 +446,8 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	}
 	h.add(&report.Result{ID: refID, Group: "references", Name: refName, Unit: "tx", Latency: &ref,
 		Figures: []report.Figure{{Name: "rows transitioned (checked per slice against its transactions)", Value: float64(refProcessed), Unit: "rows"}, busyFigure(busyShare(refBusy, refTicks))},
-		Notes: []string{fmt.Sprintf("pgbench -n -M %s -c %d -j %d -T %d -f redeem.pgbench.sql, %d times, taking turns with the REST redeems (script below, per-client vouchers cloned from a reserved one)",
-			s.pgbenchOptions(bin, c, slice, scriptPath, 0).Mode(), c, c, int(slice.Seconds()), transitionSlices), s.script}})
+		Notes: []string{fmt.Sprintf("pgbench -n -M %s -c %d -j %d -T %d -f redeem.pgbench.sql -D <each line of redeem.pgbench.vars>, %d times, taking turns with the REST redeems (script and its bind values below, per-client vouchers cloned from a reserved one)",
+			s.pgbenchOptions(bin, c, slice, scriptPath, 0).Mode(), c, c, int(slice.Seconds()), transitionSlices), s.script, varLines(s.scriptVars)}})
 
 	sum := rec.Summary(elapsed)
 	if usage != nil {

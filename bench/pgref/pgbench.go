@@ -78,6 +78,7 @@ type Options struct {
 	Clients  int
 	Duration time.Duration
 	Script   string // path
+	Vars     []Var  // the variables Script refers to (its bind values)
 	LogDir   string // per-transaction logs go here
 	Run      int
 	// Prepared runs the script's statements prepared (-M prepared), as
@@ -131,7 +132,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		"-M", o.Mode(), "-c", strconv.Itoa(o.Clients), "-j", strconv.Itoa(o.Clients),
 		"-T", strconv.Itoa(int(o.Duration.Round(time.Second) / time.Second)),
 		"-D", varRun + "=" + strconv.Itoa(o.Run), "-D", varCounter + "=0",
-		"-l", "--log-prefix", prefix, "-f", o.Script, o.DB}
+		"-l", "--log-prefix", prefix, "-f", o.Script}
+	for _, v := range o.Vars {
+		args = append(args, "-D", v.Arg())
+	}
+	args = append(args, o.DB)
 	cmd := exec.CommandContext(ctx, o.Bin, args...)
 	cmd.Env = append(os.Environ(), "PGAPPNAME=voucherbench-pgbench")
 	out, err := cmd.CombinedOutput()

@@ -106,7 +106,7 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 			t.Fatalf("%q captured as prepared=%v, want %v", st.SQL, st.Prepared, want)
 		}
 	}
-	script, err := Script(tr, tmpl, func(q string) ([]string, error) { return ParamTypes(ctx, conn, q) })
+	script, vars, err := Script(tr, tmpl, func(q string) ([]string, error) { return ParamTypes(ctx, conn, q) })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func TestCaptureScriptAndPgbench(t *testing.T) {
 		t.Fatal(err)
 	}
 	res, err := Run(ctx, Options{Bin: filepath.Join(c.BinDir(), "pgbench"), Port: c.Port(), DB: "postgres",
-		Clients: clients, Duration: time.Second, Script: path, LogDir: dir, Run: 1, Prepared: true})
+		Clients: clients, Duration: time.Second, Script: path, Vars: vars, LogDir: dir, Run: 1, Prepared: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package pgref
 
 import (
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -92,7 +93,7 @@ func TestScript(t *testing.T) {
 		stmts[1].SQL: {"character varying", "jsonb", "text"},
 		stmts[2].SQL: {"text", "text"},
 	}
-	got, err := Script(stmts, id, func(q string) ([]string, error) {
+	got, vars, err := Script(stmts, id, func(q string) ([]string, error) {
 		if ts, ok := types[q]; ok {
 			return ts, nil
 		}
@@ -101,18 +102,34 @@ func TestScript(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The statement text stays the service's: values are bound on every
+	// execution (variables), except those naming the voucher, spliced
+	// into IDExpr as typed literals.
 	want := `\set vb_n :vb_n + 1
 BEGIN READ WRITE;
-UPDATE "vouchers" SET "status" = ('REDEEMED')::character varying, "expected_payment" = ('{"a": "it''s"}')::jsonb WHERE "id" = (` + IDExpr + `)::text AND "note" = '$1';
-SELECT pg_notify(('voucher_changes')::text, ('{"id":"' || ` + IDExpr + ` || '","v":2}')::text);
+UPDATE "vouchers" SET "status" = :vb_p1, "expected_payment" = :vb_p2 WHERE "id" = (` + IDExpr + `)::text AND "note" = '$1';
+SELECT pg_notify(:vb_p3, ('{"id":"' || ` + IDExpr + ` || '","v":2}')::text);
 COMMIT;
 `
 	if got != want {
 		t.Fatalf("Script =\n%s\nwant\n%s", got, want)
 	}
-	if _, err := Script([]Statement{{SQL: "SELECT $1", Params: []*string{ptr("x :client_id")}}}, id,
+	wantVars := []Var{{"vb_p1", "REDEEMED"}, {"vb_p2", `{"a": "it's"}`}, {"vb_p3", "voucher_changes"}}
+	if !reflect.DeepEqual(vars, wantVars) {
+		t.Fatalf("vars = %q, want %q", vars, wantVars)
+	}
+	if vars[1].Arg() != `vb_p2={"a": "it's"}` {
+		t.Fatalf("Arg = %q", vars[1].Arg())
+	}
+	// NULL is a typed literal (a -D variable is always a string).
+	got, vars, err = Script([]Statement{{SQL: "SELECT $1, $2", Params: []*string{nil, ptr("x")}}}, id,
+		func(string) ([]string, error) { return []string{"jsonb", "text"}, nil })
+	if err != nil || !strings.Contains(got, "SELECT NULL::jsonb, :vb_p1;") || len(vars) != 1 {
+		t.Fatalf("Script with NULL = %q, %q, %v", got, vars, err)
+	}
+	if _, _, err := Script([]Statement{{SQL: "SELECT $1", Params: []*string{ptr("x :client_id " + id)}}}, id,
 		func(string) ([]string, error) { return []string{"text"}, nil }); err == nil {
-		t.Fatal("a value pgbench would substitute into must be refused")
+		t.Fatal("a literal pgbench would substitute into must be refused")
 	}
 }
 

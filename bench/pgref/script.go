@@ -14,6 +14,7 @@ import (
 const (
 	varCounter = "vb_n"
 	varRun     = "vb_run"
+	varParam   = "vb_p" // vb_p1, vb_p2, ...: the bind values
 )
 
 // IDExpr is the SQL expression (in pgbench syntax) naming the voucher a
@@ -51,50 +52,73 @@ func ParamTypes(ctx context.Context, conn *sql.Conn, query string) ([]string, er
 	return out, rows.Err()
 }
 
+// Var is a pgbench variable the script refers to, defined on pgbench's
+// command line (-D name=value).
+type Var struct{ Name, Value string }
+
+// Arg is v as pgbench's -D argument.
+func (v Var) Arg() string { return v.Name + "=" + v.Value }
+
 // Script renders captured statements as a pgbench script that repeats them
-// on the voucher named by IDExpr instead of templateID. Bind parameters
-// become typed literals (types from the server, via types), with every
-// occurrence of templateID spliced out for IDExpr; everything else (JSON
-// bodies, timestamps, the NOTIFY payload) is sent exactly as captured.
-func Script(stmts []Statement, templateID string, types func(sql string) ([]string, error)) (string, error) {
+// on the voucher named by IDExpr instead of templateID. The statement text
+// is the service's; each bind parameter stays a parameter, bound on every
+// execution as the service binds it: pgbench sends a variable (one of
+// vars, each holding its value exactly as captured) where the statement
+// had $n, so PostgreSQL parses the JSON body, the timestamps and the ids
+// on every transaction as it does for the service (literals in a prepared
+// statement would be parsed once, at PREPARE). Two kinds of value cannot
+// be a -D variable and become typed literals instead (types from the
+// server, via types): NULL, and a value naming templateID, which is
+// spliced out for IDExpr.
+func Script(stmts []Statement, templateID string, types func(sql string) ([]string, error)) (script string, vars []Var, err error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\\set %s :%s + 1\n", varCounter, varCounter)
 	for _, st := range stmts {
 		q := st.SQL
 		if len(st.Params) > 0 {
-			ts, err := types(st.SQL)
-			if err != nil {
-				return "", err
-			}
-			if len(ts) != len(st.Params) {
-				return "", fmt.Errorf("pgref: %q has %d parameters but the server reports %d types", st.SQL, len(st.Params), len(ts))
-			}
+			var ts []string
 			exprs := make([]string, len(st.Params))
 			for i, p := range st.Params {
+				if p != nil && !strings.Contains(*p, templateID) {
+					v := Var{Name: fmt.Sprintf("%s%d", varParam, len(vars)+1), Value: *p}
+					vars = append(vars, v)
+					exprs[i] = ":" + v.Name
+					continue
+				}
+				if ts == nil {
+					if ts, err = types(st.SQL); err != nil {
+						return "", nil, err
+					}
+					if len(ts) != len(st.Params) {
+						return "", nil, fmt.Errorf("pgref: %q has %d parameters but the server reports %d types", st.SQL, len(st.Params), len(ts))
+					}
+				}
 				if p == nil {
 					exprs[i] = "NULL::" + ts[i]
 					continue
 				}
 				e, err := literal(*p, templateID)
 				if err != nil {
-					return "", err
+					return "", nil, err
 				}
 				exprs[i] = "(" + e + ")::" + ts[i]
 			}
-			q, err = bindPlaceholders(st.SQL, exprs)
-			if err != nil {
-				return "", err
+			if q, err = bindPlaceholders(st.SQL, exprs); err != nil {
+				return "", nil, err
 			}
 		} else if strings.Contains(q, templateID) {
 			q = strings.ReplaceAll(q, "'"+templateID+"'", IDExpr)
 		}
+		if pgbenchVarRE.MatchString(st.SQL) {
+			return "", nil, fmt.Errorf("pgref: captured statement %q contains a pgbench variable reference", st.SQL)
+		}
 		b.WriteString(strings.TrimRight(strings.TrimSpace(q), ";"))
 		b.WriteString(";\n")
 	}
-	return b.String(), nil
+	return b.String(), vars, nil
 }
 
-var pgbenchVarRE = regexp.MustCompile(`:(client_id|scale|random_seed|` + varCounter + `|` + varRun + `)\b`)
+var pgbenchVarRE = regexp.MustCompile(`:(client_id|scale|random_seed|` + varCounter + `|` + varRun + `|` + varParam + `\d+)\b`)
 
 // literal quotes v as SQL, splicing IDExpr in for templateID.
 func literal(v, templateID string) (string, error) {
