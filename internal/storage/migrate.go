@@ -79,6 +79,12 @@ func (db *DB) Migrate(ctx context.Context) error {
 	}
 	defer conn.Close()
 	if db.IsPostgres() {
+		// Waiting for another replica's migration, and building an index
+		// on a large table, may take longer than a request's statement.
+		if _, err := conn.ExecContext(ctx, "SET statement_timeout = 0"); err != nil {
+			return fmt.Errorf("storage: migrate: %w", err)
+		}
+		defer conn.ExecContext(context.WithoutCancel(ctx), "RESET statement_timeout") //nolint:errcheck
 		if _, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", int64(migrationLockKey)); err != nil {
 			return fmt.Errorf("storage: migration lock: %w", err)
 		}

@@ -51,6 +51,12 @@ type Options struct {
 	Unprepared bool
 }
 
+// DefaultStatementTimeout is how long PostgreSQL lets one of the service's
+// statements run (its statement_timeout) unless the database URL sets
+// statement_timeout itself. The service's statements take milliseconds;
+// migrations lift the bound for their own session.
+const DefaultStatementTimeout = "30s"
+
 // DefaultSQLiteURL is where the embedded database lives unless configured.
 const DefaultSQLiteURL = "sqlite://./data/voucherd.db"
 
@@ -82,6 +88,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		// statements pass JSON as a string with an explicit ::jsonb cast.
 		if q.Get("binary_parameters") == "" {
 			q.Set("binary_parameters", "yes")
+		}
+		// The server bounds every statement (Prepared lets a statement it
+		// has sent run to its end), unless the URL says otherwise.
+		if !q.Has("statement_timeout") && !strings.Contains(q.Get("options"), "statement_timeout") {
+			q.Set("statement_timeout", DefaultStatementTimeout)
 		}
 		u.RawQuery = q.Encode()
 		safe = u.Redacted()
@@ -123,7 +134,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		return nil, fmt.Errorf("storage: connect to %s: %w", safe, err)
 	}
 	drv := entsql.OpenDB(dialect, db)
-	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db, !opts.Unprepared), Dialect: dialect, URL: safe}, nil
+	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db, !opts.Unprepared, db.Stats().MaxOpenConnections), Dialect: dialect, URL: safe}, nil
 }
 
 // Close closes the pool.
