@@ -1,7 +1,6 @@
 package graph
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -128,9 +127,9 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	srv.AddTransport(ws)
 	srv.AddTransport(transport.Options{})
 	srv.AddTransport(transport.GET{})
-	srv.AddTransport(transport.POST{})
+	srv.AddTransport(postTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
-	srv.Use(extension.FixedComplexityLimit(opts.ComplexityLimit))
+	srv.Use(newComplexityLimit(opts.ComplexityLimit))
 	srv.Use(depthLimit{max: opts.DepthLimit})
 	srv.Use(transportRules{})
 	if opts.Development {
@@ -171,7 +170,8 @@ type methodKey struct{}
 
 // limitBody enforces the 1 MiB body limit with the REST door's status
 // (413 payload_too_large), also for bodies sent without a length, and
-// notes the request method for transportRules.
+// notes the request method for transportRules (all but POST: a request
+// without a note is a POST).
 func limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if websocket.IsWebSocketUpgrade(r) {
@@ -180,7 +180,9 @@ func limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+		if r.Method != http.MethodPost {
+			r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
@@ -201,7 +203,7 @@ func limitBody(next http.Handler) http.Handler {
 			httpx.WriteError(w, r, nil, tooBig)
 			return
 		}
-		r.Body = io.NopCloser(bytes.NewReader(body))
+		r.Body = newReadBody(body)
 		next.ServeHTTP(w, r)
 	})
 }

@@ -175,23 +175,35 @@ func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 	return run.next
 }
 
-// Complexity implements graphql.ExecutableSchema.
+// Complexity implements graphql.ExecutableSchema. A cost read from the
+// arguments is reported to complexityLimit (argsRead), which then does not
+// keep it for the next request.
 func (e *execSchema) Complexity(ctx context.Context, typeName, field string, child int, args map[string]any) (int, bool) {
+	var fd *ast.FieldDefinition
 	if def := e.Schema().Types[typeName]; def != nil {
-		if fd := def.Fields.ForName(field); fd != nil && strings.HasSuffix(fd.Type.Name(), "Connection") {
-			n := paging.DefaultPageSize
-			for _, k := range []string{"first", "last"} {
-				if v, ok := asInt(args[k]); ok && v > 0 {
-					n = min(v, paging.MaxPageSize)
-				}
+		fd = def.Fields.ForName(field)
+	}
+	if fd != nil && strings.HasSuffix(fd.Type.Name(), "Connection") {
+		argsRead(ctx)
+		n := paging.DefaultPageSize
+		for _, k := range []string{"first", "last"} {
+			if v, ok := asInt(args[k]); ok && v > 0 {
+				n = min(v, paging.MaxPageSize)
 			}
-			return 1 + child*n, true
+		}
+		return 1 + child*n, true
+	}
+	if fd != nil && fd.Arguments.ForName("ids") != nil {
+		argsRead(ctx)
+		if ids, ok := args["ids"].([]any); ok {
+			return 1 + child*max(1, len(ids)), true
 		}
 	}
-	if ids, ok := args["ids"].([]any); ok {
-		return 1 + child*max(1, len(ids)), true
+	n, ok := e.ExecutableSchema.Complexity(ctx, typeName, field, child, args)
+	if ok {
+		argsRead(ctx) // a generated cost function takes the arguments
 	}
-	return e.ExecutableSchema.Complexity(ctx, typeName, field, child, args)
+	return n, ok
 }
 
 // asInt reads an integer argument in any of the forms gqlgen passes raw

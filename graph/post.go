@@ -1,0 +1,116 @@
+package graph
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/99designs/gqlgen/graphql/handler/transport"
+)
+
+// postTransport serves GraphQL over POST with a JSON body. It is gqlgen's
+// transport.POST with the common case made lean, because the GraphQL door
+// pays gqlgen's per-request costs on top of REST's for the same read
+// (docs/performance.md): it decodes the bytes limitBody already read
+// (gqlgen reads the body again into a new buffer), sets its one header
+// without building header maps, and writes a response that holds only
+// data as {"data":...} around the bytes the executor produced (gqlgen
+// passes them through json.Marshal, which validates, compacts and copies
+// them once more). Anything else goes to gqlgen's POST, so its status
+// codes and error bodies are gqlgen's: a body that is not a GraphQL
+// request, and an operation that cannot run (parse, validation, limits).
+type postTransport struct {
+	gqlgen transport.POST
+}
+
+var _ graphql.Transport = postTransport{}
+
+func (t postTransport) Supports(r *http.Request) bool { return t.gqlgen.Supports(r) }
+
+// Response media types, as gqlgen names them; each header value is shared
+// by every response (net/http only reads it).
+var (
+	contentTypeJSON            = []string{"application/json"}
+	contentTypeGraphQLResponse = []string{"application/graphql-response+json"}
+)
+
+func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	body, ok := r.Body.(*readBody)
+	if !ok {
+		t.gqlgen.Do(w, r, exec)
+		return
+	}
+	start := graphql.Now()
+	params := &graphql.RawParams{}
+	dec := json.NewDecoder(bytes.NewReader(body.b))
+	dec.UseNumber()
+	if err := dec.Decode(params); err != nil {
+		t.gqlgen.Do(w, r, exec) // the body is still unread: gqlgen's 400
+		return
+	}
+	params.Headers = r.Header
+	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
+	ctx := r.Context()
+	rc, errs := exec.CreateOperationContext(ctx, params)
+	if errs != nil {
+		t.gqlgen.Do(w, r, exec) // the same errors, with gqlgen's status
+		return
+	}
+	responses, ctx := exec.DispatchOperation(ctx, rc)
+	resp := responses(ctx)
+	w.Header()["Content-Type"] = responseType(r.Header.Get("Accept"))
+	if len(resp.Errors) > 0 || len(resp.Extensions) > 0 || resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
+		b, err := json.Marshal(resp)
+		if err != nil {
+			panic(err) // as gqlgen: the executor produced invalid JSON
+		}
+		_, _ = w.Write(b)
+		return
+	}
+	data := []byte(resp.Data)
+	if data == nil {
+		data = []byte("null")
+	}
+	_, _ = io.WriteString(w, `{"data":`)
+	_, _ = w.Write(data)
+	_, _ = io.WriteString(w, "}")
+}
+
+// responseType is the Content-Type gqlgen's POST answers an Accept header
+// with: the first of application/json, application/graphql-response+json
+// or a wildcard it names (a wildcard, or no header, meaning
+// application/json); application/graphql-response+json when it names
+// none of them.
+func responseType(accept string) []string {
+	if accept == "" || accept == "application/json" {
+		return contentTypeJSON
+	}
+	for part := range strings.SplitSeq(accept, ",") {
+		mediaType, _, err := mime.ParseMediaType(strings.TrimSpace(part))
+		if err != nil {
+			continue
+		}
+		switch mediaType {
+		case "*/*", "application/*", "application/json":
+			return contentTypeJSON
+		case "application/graphql-response+json":
+			return contentTypeGraphQLResponse
+		}
+	}
+	return contentTypeGraphQLResponse
+}
+
+// readBody is a request body limitBody has read whole: b, read again
+// through the embedded reader by whoever reads the request body.
+type readBody struct {
+	*bytes.Reader
+	b []byte
+}
+
+func newReadBody(b []byte) *readBody { return &readBody{Reader: bytes.NewReader(b), b: b} }
+
+func (*readBody) Close() error { return nil }
