@@ -214,15 +214,16 @@ func limitBody(next http.Handler) http.Handler {
 // own argument errors, which are the caller's.
 func internalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
 	res, err := next(ctx)
+	if err == nil {
+		return res, nil
+	}
 	if fc := graphql.GetFieldContext(ctx); fc != nil && strings.HasPrefix(fc.Field.Name, "__") {
 		return res, err // introspection, refused outside development: the caller's
 	}
-	if err != nil {
-		var ae *apperr.Error
-		var ge *gqlerror.Error
-		if !errors.As(err, &ae) && !errors.As(err, &ge) {
-			err = apperr.InternalError(err)
-		}
+	var ae *apperr.Error
+	var ge *gqlerror.Error
+	if !errors.As(err, &ae) && !errors.As(err, &ge) {
+		err = apperr.InternalError(err)
 	}
 	return res, err
 }
