@@ -162,12 +162,12 @@ func TestAsyncCommitURL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	var sc, app string
-	if err := db.QueryRowContext(context.Background(), "SELECT current_setting('synchronous_commit'), current_setting('application_name')").Scan(&sc, &app); err != nil {
+	var sc, app, st string
+	if err := db.QueryRowContext(context.Background(), "SELECT current_setting('synchronous_commit'), current_setting('application_name'), current_setting('statement_timeout')").Scan(&sc, &app, &st); err != nil {
 		t.Fatal(err)
 	}
-	if sc != "off" || app != "voucherd-test" {
-		t.Fatalf("synchronous_commit=%s application_name=%s", sc, app)
+	if sc != "off" || app != "voucherd-test" || st != storage.DefaultStatementTimeout {
+		t.Fatalf("synchronous_commit=%s application_name=%s statement_timeout=%s", sc, app, st)
 	}
 }
 

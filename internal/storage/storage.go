@@ -89,11 +89,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		if q.Get("binary_parameters") == "" {
 			q.Set("binary_parameters", "yes")
 		}
-		// The server bounds every statement (Prepared lets a statement it
-		// has sent run to its end), unless the URL says otherwise.
-		if !q.Has("statement_timeout") && !strings.Contains(q.Get("options"), "statement_timeout") {
-			q.Set("statement_timeout", DefaultStatementTimeout)
-		}
+		boundStatements(q)
 		u.RawQuery = q.Encode()
 		safe = u.Redacted()
 		db, err = sql.Open("postgres", u.String())
@@ -210,6 +206,16 @@ func AsyncCommitURL(databaseURL, applicationName string) (string, error) {
 	q.Set("application_name", applicationName)
 	q.Set("synchronous_commit", "off")
 	q.Set("binary_parameters", "yes")
+	boundStatements(q)
 	u.RawQuery = q.Encode()
 	return u.String(), nil
+}
+
+// boundStatements has the server bound every statement of a session
+// (Prepared lets a statement it has sent run to its end), unless the URL
+// already says how.
+func boundStatements(q url.Values) {
+	if !q.Has("statement_timeout") && !strings.Contains(q.Get("options"), "statement_timeout") {
+		q.Set("statement_timeout", DefaultStatementTimeout)
+	}
 }
