@@ -105,45 +105,38 @@ func (p *Prepared) end() {
 // QueryContext runs query (already in the dialect's placeholder form) with
 // args as a prepared statement, to its end once sent (see Prepared).
 func (p *Prepared) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	ctx, err := p.begin(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer p.end()
-	for retried := false; ; retried = true {
-		st, err := p.stmt(ctx, query)
-		if err != nil {
-			return nil, err
-		}
-		if st == nil {
-			return p.db.QueryContext(ctx, query, args...)
-		}
-		rows, err := st.QueryContext(ctx, args...)
-		if err == nil || retried || !stalePlan(err) {
-			return rows, err
-		}
-		p.forget(query, st)
-	}
+	return run(p, ctx, query, args, (*sql.DB).QueryContext, (*sql.Stmt).QueryContext)
 }
 
 // ExecContext is QueryContext for a statement without rows.
 func (p *Prepared) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return run(p, ctx, query, args, (*sql.DB).ExecContext, (*sql.Stmt).ExecContext)
+}
+
+// run is QueryContext and ExecContext: a turn, then query's prepared
+// statement (plain, when there is none), prepared again once when its plan
+// went stale. The database/sql calls are method expressions, so nothing is
+// allocated to pass them.
+func run[T any](p *Prepared, ctx context.Context, query string, args []any,
+	plain func(*sql.DB, context.Context, string, ...any) (T, error),
+	prepared func(*sql.Stmt, context.Context, ...any) (T, error)) (T, error) {
+	var zero T
 	ctx, err := p.begin(ctx)
 	if err != nil {
-		return nil, err
+		return zero, err
 	}
 	defer p.end()
 	for retried := false; ; retried = true {
 		st, err := p.stmt(ctx, query)
 		if err != nil {
-			return nil, err
+			return zero, err
 		}
 		if st == nil {
-			return p.db.ExecContext(ctx, query, args...)
+			return plain(p.db, ctx, query, args...)
 		}
-		res, err := st.ExecContext(ctx, args...)
+		out, err := prepared(st, ctx, args...)
 		if err == nil || retried || !stalePlan(err) {
-			return res, err
+			return out, err
 		}
 		p.forget(query, st)
 	}
