@@ -1,0 +1,74 @@
+// Package settlement decides, from what a chain shows, whether a resolved
+// voucher was paid: it checks receipts, keeps the voucher's settlement state,
+// follows confirmations and reorgs, and hands verdicts to the webhook outbox.
+//
+// This file is the contract with the chain adapters (internal/settlement/evm,
+// internal/settlement/solana). Adapters only report what the chain shows, in
+// chain-neutral terms; every rule about what counts as paying lives in this
+// package, once for all chains.
+package settlement
+
+import (
+	"context"
+	"math/big"
+	"time"
+)
+
+// Native is the Asset of a chain's native currency credit (ETH, POL, SOL).
+const Native = "native"
+
+// Credit is value that a transaction moved to an account, as the chain
+// records it. On EVM: one Transfer(address,address,uint256) log (Asset is the
+// emitting contract's address, lower-case), or the transaction's native value
+// to its `to` (Asset Native). On Solana: a positive change of an owner's SPL
+// token balance for a mint (Asset is the mint), or of an account's SOL balance
+// (Asset Native). Amount is in the asset's smallest unit and never negative.
+type Credit struct {
+	Asset  string
+	From   string
+	To     string
+	Amount *big.Int
+}
+
+// Tx is one transaction as the chain shows it at the moment of the lookup.
+type Tx struct {
+	Hash string
+	// Found is false when the node knows no such transaction, or knows it
+	// only as not yet included (no receipt).
+	Found bool
+	// Success is the receipt status (EVM status 1; Solana meta.err == null).
+	Success     bool
+	BlockNumber uint64 // EVM block number; Solana slot
+	BlockHash   string // EVM block hash; Solana blockhash of the slot
+	BlockTime   time.Time
+	From        string   // EVM sender; Solana fee payer
+	To          string   // EVM `to` (empty for contract creation); Solana: empty
+	Value       *big.Int // EVM native value sent; Solana: nil
+	Data        []byte   // EVM input data; Solana: nil
+	Credits     []Credit
+	// Finalized is Solana's `finalized` commitment for the transaction.
+	// EVM adapters leave it false: confirmations are head − block + 1.
+	Finalized bool
+}
+
+// Chain is what the settlement watcher needs from one network's node. Each
+// method is one round trip (implementations batch JSON-RPC requests), so the
+// cost of a poll grows with the number of distinct blocks and unmined
+// transactions, not with the number of vouchers.
+type Chain interface {
+	// ChainID is the network's identity as the finance file names it:
+	// evm: the decimal eth_chainId; solana: the genesis hash.
+	ChainID(ctx context.Context) (string, error)
+	// Head is the newest block number (EVM) or the newest slot at the
+	// adapter's commitment (Solana).
+	Head(ctx context.Context) (uint64, error)
+	// Transactions looks up many transactions in one batch; the result has
+	// one entry per hash, in order. A hash the node does not know gives
+	// Found: false, not an error; an error means the lookup itself failed
+	// (retry later).
+	Transactions(ctx context.Context, hashes []string) ([]Tx, error)
+	// BlockHashes returns the canonical block hash at each height, in one
+	// batch, so that a reorg shows as another hash at a height. A height the
+	// chain does not have (yet, or any more) is absent from the map.
+	BlockHashes(ctx context.Context, heights []uint64) (map[uint64]string, error)
+}
