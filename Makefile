@@ -5,7 +5,7 @@ GOFLAGS   ?=
 STATICCHECK_VERSION ?= v0.8.2
 TEST_TIMEOUT ?= 20m
 
-.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres fuzz
+.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres ensure-chromium fuzz
 
 run:
 	$(GO) run ./cmd/voucherd
@@ -15,16 +15,21 @@ build:
 
 ## test: everything, on SQLite and PostgreSQL, with the race detector, after
 ## checking that generated code and migrations are up to date.
-test: ensure-postgres check-generated
+test: ensure-postgres ensure-chromium check-generated
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: the suite without regenerating (for quick local loops).
-test-short: ensure-postgres
+test-short: ensure-postgres ensure-chromium
 	$(GO) test -count=1 ./...
 
 ensure-postgres:
 	@bash scripts/ensure-postgres.sh
+
+## ensure-chromium: Debian's chromium for the headless browser tests
+## (internal/testbrowser), installed with apt-get when missing.
+ensure-chromium:
+	@bash scripts/ensure-chromium.sh
 
 ## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen.
 generate:

@@ -54,6 +54,9 @@ type Options struct {
 	Recheck time.Duration
 	// fieldHook observes field resolution (tests count renderings with it).
 	fieldHook graphql.FieldMiddleware
+	// CheckOrigin decides a websocket upgrade's Origin (nil: any origin;
+	// the app passes the CORS list's check).
+	CheckOrigin func(*http.Request) bool
 	// RateLimit charges root fields to their REST twins' budgets and caps
 	// websocket connections and subscriptions per caller (nil: no limits).
 	RateLimit *ratelimit.Gate
@@ -97,6 +100,9 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	if opts.Base == nil {
 		opts.Base = context.Background()
 	}
+	if opts.CheckOrigin == nil {
+		opts.CheckOrigin = func(*http.Request) bool { return true }
+	}
 	lim := newLimits(opts.RateLimit)
 	present := presentError(opts.Log)
 	es := &execSchema{
@@ -119,8 +125,10 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 			return apperr.Newf(apperr.LimitExceeded, "at most %d subscriptions per connection", n)
 		},
 		// Browsers send Origin; tokens, not cookies, authenticate here,
-		// so a cross-site page gains nothing from connecting.
-		CheckOrigin: func(*http.Request) bool { return true },
+		// so a cross-site page gains nothing from connecting. With
+		// VOUCHER_CORS_ORIGINS set, only those origins may (the app's
+		// httpx.CORS.CheckOrigin).
+		CheckOrigin: opts.CheckOrigin,
 		Base:        opts.Base,
 		Log:         opts.Log,
 	})

@@ -147,6 +147,7 @@ func (a *App) build(ctx context.Context) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(pubsub.Collectors(a.Hub)...)
 	metrics := httpx.NewMetrics(reg)
+	cors := httpx.NewCORS(cfg.CORSOrigins)
 
 	a.graphql = graph.NewHandler(&graph.Resolver{
 		Client:     db.Client,
@@ -157,7 +158,7 @@ func (a *App) build(ctx context.Context) error {
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
 		Hub:        a.Hub,
-	}, graph.Options{Log: a.Log, Verifier: a.Issuer, Development: cfg.IsDevelopment(), RateLimit: limits, Base: a.sockets})
+	}, graph.Options{Log: a.Log, Verifier: a.Issuer, Development: cfg.IsDevelopment(), RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin})
 
 	mux := http.NewServeMux()
 	rest.Register(mux, rest.Services{
@@ -186,7 +187,9 @@ func (a *App) build(ctx context.Context) error {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("/", httpx.NotFound)
-	a.handler = httpx.Middleware(a.Log, metrics, auth.Middleware(a.Issuer, httpx.Routes(mux)))
+	// CORS sits outside authentication so that a refused token's 401 still
+	// reaches the page that sent it; gzip outside both compresses errors too.
+	a.handler = httpx.Middleware(a.Log, metrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Issuer, httpx.Routes(mux)))))
 	return nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -47,9 +48,12 @@ type Config struct {
 	FinanceFile          string
 	FXSpreadBps          int
 	TrustedProxies       string
-	LogLevel             string
-	ShutdownTimeout      time.Duration
-	SweepInterval        time.Duration
+	// CORSOrigins are the browser origins allowed to call /api/v1 and
+	// /graphql (parsed and normalised by Load).
+	CORSOrigins     []string
+	LogLevel        string
+	ShutdownTimeout time.Duration
+	SweepInterval   time.Duration
 	// PprofAddr, when set, serves net/http/pprof on its own listener (never
 	// on the API address), for profiling under load.
 	PprofAddr string
@@ -81,6 +85,7 @@ var Vars = []Var{
 	{"VOUCHER_FINANCE_FILE", "finance-file", "", "token registry and price file (JSON); the built-in development default when unset"},
 	{"VOUCHER_FX_SPREAD_BPS", "fx-spread-bps", "0", "FX spread in basis points added to negotiated amounts"},
 	{"VOUCHER_TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For is trusted for client addresses"},
+	{"VOUCHER_CORS_ORIGINS", "cors-origins", "", "comma-separated browser origins (scheme://host[:port]) allowed to call /api/v1 and /graphql and to open its websocket; empty = no cross-origin access"},
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"VOUCHER_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long a graceful shutdown may take"},
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
@@ -206,6 +211,11 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	if c.DatabaseURL == "" {
 		bad("VOUCHER_DATABASE_URL", "must not be empty")
 	}
+	if origins, err := ParseOrigins(get("VOUCHER_CORS_ORIGINS")); err != nil {
+		bad("VOUCHER_CORS_ORIGINS", "%v", err)
+	} else {
+		c.CORSOrigins = origins
+	}
 	if err := errors.Join(errs...); err != nil {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
@@ -228,3 +238,30 @@ func (c *Config) TrustedProxyList() []string {
 
 // IsDevelopment reports whether the development conveniences are on.
 func (c *Config) IsDevelopment() bool { return c.Env == Development }
+
+// ParseOrigins reads a comma-separated list of web origins
+// (scheme://host[:port], as a browser sends them in Origin): http or https,
+// no path, query, fragment or user info. They are lower-cased, as browsers
+// serialise them, and duplicates are dropped. "*" is refused: every caller
+// must be named.
+func ParseOrigins(list string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, s := range strings.Split(list, ",") {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		u, err := url.Parse(s)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" ||
+			u.User != nil || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+			return nil, fmt.Errorf("%q is not an origin (want scheme://host[:port], e.g. https://dashboard.example.com)", s)
+		}
+		o := strings.ToLower(u.Scheme + "://" + u.Host)
+		if !seen[o] {
+			seen[o] = true
+			out = append(out, o)
+		}
+	}
+	return out, nil
+}

@@ -27,3 +27,27 @@ func TestDBPrepare(t *testing.T) {
 		}
 	}
 }
+
+func TestParseOrigins(t *testing.T) {
+	got, err := ParseOrigins(" https://Dash.Example.com ,http://localhost:5173, https://dash.example.com/ ,")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"https://dash.example.com", "http://localhost:5173"}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	for _, bad := range []string{"*", "dash.example.com", "ftp://x.example", "https://x.example/app", "https://u@x.example", "https://x.example?q=1", "https://"} {
+		if _, err := ParseOrigins(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if _, err := Load(nil, func(k string) string {
+		if k == "VOUCHER_CORS_ORIGINS" {
+			return "https://ok.example, nope"
+		}
+		return ""
+	}); err == nil || !strings.Contains(err.Error(), "VOUCHER_CORS_ORIGINS") {
+		t.Fatalf("Load with a bad origin: %v", err)
+	}
+}

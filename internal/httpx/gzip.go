@@ -1,0 +1,32 @@
+package httpx
+
+import (
+	"net/http"
+
+	"github.com/klauspost/compress/gzhttp"
+)
+
+// GzipMinSize is the smallest answer worth compressing: below 1 KiB the
+// gzip framing and the CPU cost more than the bytes saved.
+const GzipMinSize = 1024
+
+// Gzip compresses answers of GzipMinSize bytes and more for clients that
+// accept gzip (github.com/klauspost/compress/gzhttp: it buffers up to the
+// threshold before deciding, sets Vary: Accept-Encoding, and leaves alone
+// answers that already carry a Content-Encoding, such as /metrics'
+// own). Websocket upgrades bypass it: the connection is hijacked and
+// carries no HTTP body.
+func Gzip(h http.Handler) http.Handler {
+	wrap, err := gzhttp.NewWrapper(gzhttp.MinSize(GzipMinSize))
+	if err != nil {
+		panic(err) // only for invalid options, which are constants here
+	}
+	gz := wrap(h)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Upgrade") != "" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		gz.ServeHTTP(w, r)
+	})
+}
