@@ -127,6 +127,13 @@ func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
 			httpx.WriteError(w, r, s.log, err)
 			return
 		}
+		// Path ids and query values keep the text rules (no NUL, valid
+		// UTF-8) before any handler reads them; bodies are checked by
+		// the decoder.
+		if err := httpx.CheckRequestText(r); err != nil {
+			httpx.WriteError(w, r, s.log, err)
+			return
+		}
 		if err := h(w, r); err != nil {
 			httpx.WriteError(w, r, s.log, err)
 		}

@@ -20,7 +20,8 @@ import (
 const MaxBodyBytes = 1 << 20
 
 // DecodeJSON decodes r's body into dst strictly: unknown fields, wrong JSON
-// types and trailing values are validation_failed; an over-large body is
+// types, trailing values and text-rule breaks (NUL, invalid UTF-8, a
+// repeated key: CheckJSON) are validation_failed; an over-large body is
 // payload_too_large. An empty body decodes as {} when allowEmpty.
 func DecodeJSON(r *http.Request, dst any, allowEmpty bool) error {
 	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
@@ -41,8 +42,13 @@ func DecodeJSON(r *http.Request, dst any, allowEmpty bool) error {
 	return DecodeBytes(body, dst)
 }
 
-// DecodeBytes is DecodeJSON's strict decoding of a body already read.
+// DecodeBytes is DecodeJSON's strict decoding of a body already read. The
+// body must also keep the text rules (CheckJSON): no NUL, no invalid
+// UTF-8, no repeated key.
 func DecodeBytes(body []byte, dst any) error {
+	if err := CheckJSON(body); err != nil {
+		return err
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(dst); err != nil {

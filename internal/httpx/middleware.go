@@ -105,8 +105,10 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 // upgrades need the Hijacker).
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// Middleware wraps h with a request id, panic recovery, an access log line
-// and metrics. The log line names the route pattern, never the query string
+// Middleware wraps h with a request id, the security headers every response
+// carries (Cache-Control: no-store unless the route sets its own,
+// X-Content-Type-Options: nosniff), panic recovery, an access log line and
+// metrics. The log line names the route pattern, never the query string
 // or headers, so no token reaches a log.
 func Middleware(log *slog.Logger, m *Metrics, h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -115,7 +117,16 @@ func Middleware(log *slog.Logger, m *Metrics, h http.Handler) http.Handler {
 		if !validRequestID(id) {
 			id = newRequestID()
 		}
-		w.Header().Set("X-Request-Id", id)
+		hdr := w.Header()
+		hdr.Set("X-Request-Id", id)
+		// Every answer is for its caller alone, and many carry a token or
+		// a secret (sign-in, sign-up, a webhook signing secret, GraphQL
+		// mutations returning either): nothing may store them. A route
+		// serving public, cacheable content sets its own Cache-Control.
+		// nosniff keeps browsers from reading a JSON answer as a script or
+		// a page.
+		hdr.Set("Cache-Control", "no-store")
+		hdr.Set("X-Content-Type-Options", "nosniff")
 		route := "unmatched"
 		ctx := context.WithValue(context.WithValue(r.Context(), requestIDKey{}, id), routeKey{}, &route)
 		r = r.WithContext(ctx)
