@@ -31,10 +31,13 @@ ensure-postgres:
 ensure-chromium:
 	@bash scripts/ensure-chromium.sh
 
-## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen.
+## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen,
+## then the printed schema (graph/schema.graphql: one SDL file, no gqlgen
+## directives, as GET /graphql/schema.graphql serves it).
 generate:
 	cd ent && $(GO) run -mod=mod entc.go
 	$(GO) run github.com/99designs/gqlgen generate
+	$(GO) run ./cmd/printschema
 
 ## check-generated: regenerate and fail if anything committed was stale.
 check-generated: generate

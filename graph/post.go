@@ -20,11 +20,10 @@ import (
 // without building header maps, and writes a response that holds only
 // data as {"data":...} around the bytes the executor produced (gqlgen
 // passes them through json.Marshal, which validates, compacts and copies
-// them once more). Anything else goes to gqlgen's POST, so its status
-// codes and error bodies are gqlgen's: a body that is not a GraphQL
-// request, and an operation that cannot run (parse, validation, limits).
+// them once more). A request that cannot run is answered as the
+// GraphQL-over-HTTP spec says (writeRequestErrors, writeMalformed).
 type postTransport struct {
-	gqlgen transport.POST
+	gqlgen transport.POST // only its Supports: a POST with a JSON body
 }
 
 var _ graphql.Transport = postTransport{}
@@ -39,9 +38,10 @@ var (
 )
 
 func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ct := responseType(r.Header.Get("Accept"))
 	body, ok := r.Body.(*readBody)
 	if !ok {
-		t.gqlgen.Do(w, r, exec)
+		writeMalformed(w, ct, "the request has no body: POST a JSON object with query, variables, operationName")
 		return
 	}
 	start := graphql.Now()
@@ -49,7 +49,11 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	dec := json.NewDecoder(bytes.NewReader(body.b))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		t.gqlgen.Do(w, r, exec) // the body is still unread: gqlgen's 400
+		writeMalformed(w, ct, "the request body is not a valid GraphQL request (JSON with query, variables, operationName)")
+		return
+	}
+	if params.Query == "" {
+		writeMalformed(w, ct, "the request has no query")
 		return
 	}
 	params.Headers = r.Header
@@ -57,12 +61,12 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	ctx := r.Context()
 	rc, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
-		t.gqlgen.Do(w, r, exec) // the same errors, with gqlgen's status
+		writeRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, rc)
 	resp := responses(ctx)
-	w.Header()["Content-Type"] = responseType(r.Header.Get("Accept"))
+	w.Header()["Content-Type"] = ct
 	if len(resp.Errors) > 0 || len(resp.Extensions) > 0 || resp.Label != "" || resp.Path != nil || resp.HasNext != nil {
 		b, err := json.Marshal(resp)
 		if err != nil {

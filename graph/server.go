@@ -106,7 +106,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	lim := newLimits(opts.RateLimit)
 	present := presentError(opts.Log)
 	es := &execSchema{
-		ExecutableSchema: generated.NewExecutableSchema(generated.Config{Resolvers: r}),
+		ExecutableSchema: generated.NewExecutableSchema(generated.Config{Resolvers: r, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
 		present:          present,
 		recheck:          opts.Recheck,
 		recent:           &recentChecks{},
@@ -134,11 +134,11 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	})
 	srv.AddTransport(ws)
 	srv.AddTransport(transport.Options{})
-	srv.AddTransport(transport.GET{})
+	srv.AddTransport(getTransport{})
 	srv.AddTransport(postTransport{})
 	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
 	srv.Use(newComplexityLimit(opts.ComplexityLimit))
-	srv.Use(depthLimit{max: opts.DepthLimit})
+	srv.Use(depthLimit{max: opts.DepthLimit, introspection: IntrospectionDepthLimit})
 	srv.Use(transportRules{})
 	if opts.Development {
 		srv.Use(extension.Introspection{})
@@ -160,6 +160,12 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	mux.Handle("/graphql", lim.middleware(limitBody(srv)))
 	if opts.Development {
 		mux.Handle("GET /graphiql", playground.Handler("voucherd GraphiQL", "/graphql"))
+		sdl := PrintSchema()
+		mux.HandleFunc("GET /graphql/schema.graphql", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+			w.Header().Set("Cache-Control", "no-cache")
+			_, _ = w.Write(sdl)
+		})
 	}
 	return &Handler{Handler: mux, ws: ws}
 }
@@ -277,21 +283,26 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 	}
 }
 
-// initFunc authenticates connection_init's {"Authorization": "Bearer ..."}.
-// A bad token closes the socket with 4403 (after a connection_error
-// message on the legacy protocol, which expects one). A good one ends the
-// connection with 4403 when the token expires: every subscription on it
-// ends, and the client reconnects with a fresh token.
+// initFunc authenticates connection_init. The payload's credentials may
+// take the shapes clients commonly send (initCredentials). A bad token
+// closes the socket with 4403 (after a connection_error message on the
+// legacy protocol, which expects one); credentials in a shape it does not
+// know close it with 4400, never leaving the connection silently
+// anonymous. A good token ends the connection with 4403 when it expires:
+// every subscription on it ends, and the client reconnects with a fresh
+// token.
 func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
-		raw := payload.Authorization()
+		raw, err := initCredentials(payload)
+		if err != nil {
+			return ctx, nil, &wstransport.CloseError{Code: CloseBadRequest, Reason: err.Error(), Err: apperr.New(apperr.ValidationFailed, err.Error())}
+		}
 		if raw == "" {
 			// A connection without a token may still use open operations.
 			return ctx, nil, nil
 		}
 		tok, ok := auth.BearerToken(raw)
 		var p *auth.Principal
-		var err error
 		if ok && v != nil {
 			p, err = v.Verify(ctx, tok)
 		}
@@ -304,6 +315,82 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 		}
 		return ctx, nil, nil
 	}
+}
+
+// errInitShape is the 4400 reason for credentials initCredentials cannot read.
+var errInitShape = errors.New(`connection_init: unrecognised credentials; send {"Authorization": "Bearer <token>"}`)
+
+// initCredentials finds the Authorization value in a connection_init
+// payload, in the shapes clients send:
+//
+//	{"Authorization": "Bearer <token>"}            (also "authorization")
+//	{"headers": {"Authorization": "Bearer <token>"}} (Apollo-style links)
+//	{"authToken": "<token>"}                         (also "token", "accessToken"; "Bearer " optional)
+//
+// "" means no credentials at all. Anything else that looks like
+// credentials (a key naming auth or a token, a value of the wrong type,
+// two different tokens) is an error: the caller meant to authenticate, and
+// the connection must not go on anonymous.
+func initCredentials(p transport.InitPayload) (string, error) {
+	var found []string
+	add := func(v any, bare bool) error {
+		s, ok := v.(string)
+		if !ok {
+			return errInitShape
+		}
+		if bare && !strings.HasPrefix(strings.ToLower(s), "bearer ") {
+			s = "Bearer " + s
+		}
+		found = append(found, s)
+		return nil
+	}
+	for k, v := range p {
+		switch k {
+		case "Authorization", "authorization":
+			if err := add(v, false); err != nil {
+				return "", err
+			}
+		case "authToken", "token", "accessToken":
+			if err := add(v, true); err != nil {
+				return "", err
+			}
+		case "headers":
+			h, ok := v.(map[string]any)
+			if !ok {
+				return "", errInitShape
+			}
+			for hk, hv := range h {
+				if strings.EqualFold(hk, "Authorization") {
+					if err := add(hv, false); err != nil {
+						return "", err
+					}
+				} else if credentialKey(hk) {
+					return "", errInitShape
+				}
+			}
+		default:
+			if credentialKey(k) {
+				return "", errInitShape
+			}
+		}
+	}
+	for _, s := range found[min(1, len(found)):] {
+		if s != found[0] {
+			return "", errors.New("connection_init: two different credentials")
+		}
+	}
+	if len(found) == 0 {
+		return "", nil
+	}
+	return found[0], nil
+}
+
+// credentialKey reports whether a payload key looks like it carries
+// credentials.
+func credentialKey(k string) bool {
+	k = strings.ToLower(k)
+	return strings.Contains(k, "auth") || strings.Contains(k, "token") || strings.Contains(k, "bearer") ||
+		strings.Contains(k, "jwt") || strings.Contains(k, "secret") || strings.Contains(k, "password")
 }
 
 // transportRules keeps each operation on its transport: mutations never
@@ -331,8 +418,19 @@ func (transportRules) MutateOperationContext(ctx context.Context, oc *graphql.Op
 	return nil
 }
 
-// depthLimit refuses documents nested deeper than max.
-type depthLimit struct{ max int }
+// depthLimit refuses documents nested deeper than max. An introspection
+// field (__schema, __type) counts as one level there and its own subtree
+// is bounded by introspection instead: graphql-js's standard introspection
+// query (getIntrospectionQuery, every option on), which GraphiQL, schema
+// tools and code generators send, nests 15 levels, mostly the TypeRef
+// fragment's ofType chain; no data field lies below those fields, and the
+// complexity limit does not count them (gqlgen leaves __Schema out).
+type depthLimit struct{ max, introspection int }
+
+// IntrospectionDepthLimit bounds the nesting under __schema and __type:
+// the standard query's 15 levels with room for graphql-js versions that
+// follow ofType further.
+const IntrospectionDepthLimit = 20
 
 func (depthLimit) ExtensionName() string                   { return "DepthLimit" }
 func (depthLimit) Validate(graphql.ExecutableSchema) error { return nil }
@@ -340,30 +438,46 @@ func (d depthLimit) MutateOperationContext(ctx context.Context, oc *graphql.Oper
 	if oc.Operation == nil {
 		return nil
 	}
-	if depth(oc.Operation.SelectionSet, oc.Doc.Fragments, 0, map[string]bool{}) > d.max {
+	w := depthWalk{frags: oc.Doc.Fragments, seen: map[string]bool{}, introspection: d.introspection}
+	if w.depth(oc.Operation.SelectionSet, 0) > d.max || w.tooDeep {
 		return &gqlerror.Error{Message: "query is nested too deeply", Extensions: map[string]any{"code": string(apperr.ValidationFailed)}}
 	}
 	return nil
 }
 
-func depth(set ast.SelectionSet, frags ast.FragmentDefinitionList, level int, seen map[string]bool) int {
+type depthWalk struct {
+	frags         ast.FragmentDefinitionList
+	seen          map[string]bool
+	introspection int
+	// tooDeep notes an introspection subtree deeper than its own bound.
+	tooDeep bool
+}
+
+func (w *depthWalk) depth(set ast.SelectionSet, level int) int {
 	max := level
 	for _, s := range set {
 		var d int
 		switch s := s.(type) {
 		case *ast.Field:
-			d = depth(s.SelectionSet, frags, level+1, seen)
+			if w.introspection > 0 && (s.Name == "__schema" || s.Name == "__type") {
+				if w.depth(s.SelectionSet, 1) > w.introspection {
+					w.tooDeep = true
+				}
+				d = level + 1
+				break
+			}
+			d = w.depth(s.SelectionSet, level+1)
 		case *ast.InlineFragment:
-			d = depth(s.SelectionSet, frags, level, seen)
+			d = w.depth(s.SelectionSet, level)
 		case *ast.FragmentSpread:
-			if seen[s.Name] {
+			if w.seen[s.Name] {
 				continue
 			}
-			seen[s.Name] = true
-			if f := frags.ForName(s.Name); f != nil {
-				d = depth(f.SelectionSet, frags, level, seen)
+			w.seen[s.Name] = true
+			if f := w.frags.ForName(s.Name); f != nil {
+				d = w.depth(f.SelectionSet, level)
 			}
-			delete(seen, s.Name)
+			delete(w.seen, s.Name)
 		}
 		if d > max {
 			max = d

@@ -226,9 +226,9 @@ func TestOperationsStayOnTheirTransport(t *testing.T) {
 		q := url.Values{"query": {`mutation { createSession { id } }`}}
 		req, _ := http.NewRequest(http.MethodGet, h.srv.URL+"/graphql?"+q.Encode(), nil)
 		req.Header.Set("Authorization", "Bearer "+payer.token)
-		_, r := h.do(req)
-		if r.code() != "method_not_allowed" {
-			t.Fatalf("got %s", r.raw)
+		status, r := h.do(req)
+		if status != http.StatusMethodNotAllowed || r.code() != "method_not_allowed" || r.Data != nil {
+			t.Fatalf("got %d %s, want 405 method_not_allowed without data", status, r.raw)
 		}
 		n, err := h.db.VoucherSession.Query().Count(context.Background())
 		if err != nil || n != 1 {

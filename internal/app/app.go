@@ -172,6 +172,7 @@ func (a *App) build(ctx context.Context) error {
 	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {
 		mux.Handle("GET /graphiql", a.graphql)
+		mux.Handle("GET /graphql/schema.graphql", a.graphql)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
