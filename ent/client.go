@@ -23,6 +23,7 @@ import (
 	"github.com/voucherd/voucherd/ent/interopsubmission"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
@@ -53,6 +54,8 @@ type Client struct {
 	RateLimitBucket *RateLimitBucketClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
+	// SettlementClaim is the client for interacting with the SettlementClaim builders.
+	SettlementClaim *SettlementClaimClient
 	// User is the client for interacting with the User builders.
 	User *UserClient
 	// Voucher is the client for interacting with the Voucher builders.
@@ -82,6 +85,7 @@ func (c *Client) init() {
 	c.InteropSubmission = NewInteropSubmissionClient(c.config)
 	c.RateLimitBucket = NewRateLimitBucketClient(c.config)
 	c.Setting = NewSettingClient(c.config)
+	c.SettlementClaim = NewSettlementClaimClient(c.config)
 	c.User = NewUserClient(c.config)
 	c.Voucher = NewVoucherClient(c.config)
 	c.VoucherSession = NewVoucherSessionClient(c.config)
@@ -187,6 +191,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		InteropSubmission: NewInteropSubmissionClient(cfg),
 		RateLimitBucket:   NewRateLimitBucketClient(cfg),
 		Setting:           NewSettingClient(cfg),
+		SettlementClaim:   NewSettlementClaimClient(cfg),
 		User:              NewUserClient(cfg),
 		Voucher:           NewVoucherClient(cfg),
 		VoucherSession:    NewVoucherSessionClient(cfg),
@@ -219,6 +224,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		InteropSubmission: NewInteropSubmissionClient(cfg),
 		RateLimitBucket:   NewRateLimitBucketClient(cfg),
 		Setting:           NewSettingClient(cfg),
+		SettlementClaim:   NewSettlementClaimClient(cfg),
 		User:              NewUserClient(cfg),
 		Voucher:           NewVoucherClient(cfg),
 		VoucherSession:    NewVoucherSessionClient(cfg),
@@ -254,8 +260,8 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.User, c.Voucher,
-		c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
+		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.SettlementClaim, c.User,
+		c.Voucher, c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
 	} {
 		n.Use(hooks...)
 	}
@@ -266,8 +272,8 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.User, c.Voucher,
-		c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
+		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.SettlementClaim, c.User,
+		c.Voucher, c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -292,6 +298,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.RateLimitBucket.mutate(ctx, m)
 	case *SettingMutation:
 		return c.Setting.mutate(ctx, m)
+	case *SettlementClaimMutation:
+		return c.SettlementClaim.mutate(ctx, m)
 	case *UserMutation:
 		return c.User.mutate(ctx, m)
 	case *VoucherMutation:
@@ -1483,6 +1491,139 @@ func (c *SettingClient) mutate(ctx context.Context, m *SettingMutation) (Value, 
 	}
 }
 
+// SettlementClaimClient is a client for the SettlementClaim schema.
+type SettlementClaimClient struct {
+	config
+}
+
+// NewSettlementClaimClient returns a client for the SettlementClaim from the given config.
+func NewSettlementClaimClient(c config) *SettlementClaimClient {
+	return &SettlementClaimClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `settlementclaim.Hooks(f(g(h())))`.
+func (c *SettlementClaimClient) Use(hooks ...Hook) {
+	c.hooks.SettlementClaim = append(c.hooks.SettlementClaim, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `settlementclaim.Intercept(f(g(h())))`.
+func (c *SettlementClaimClient) Intercept(interceptors ...Interceptor) {
+	c.inters.SettlementClaim = append(c.inters.SettlementClaim, interceptors...)
+}
+
+// Create returns a builder for creating a SettlementClaim entity.
+func (c *SettlementClaimClient) Create() *SettlementClaimCreate {
+	mutation := newSettlementClaimMutation(c.config, OpCreate)
+	return &SettlementClaimCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of SettlementClaim entities.
+func (c *SettlementClaimClient) CreateBulk(builders ...*SettlementClaimCreate) *SettlementClaimCreateBulk {
+	return &SettlementClaimCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *SettlementClaimClient) MapCreateBulk(slice any, setFunc func(*SettlementClaimCreate, int)) *SettlementClaimCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &SettlementClaimCreateBulk{err: fmt.Errorf("calling to SettlementClaimClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*SettlementClaimCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &SettlementClaimCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for SettlementClaim.
+func (c *SettlementClaimClient) Update() *SettlementClaimUpdate {
+	mutation := newSettlementClaimMutation(c.config, OpUpdate)
+	return &SettlementClaimUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *SettlementClaimClient) UpdateOne(_m *SettlementClaim) *SettlementClaimUpdateOne {
+	mutation := newSettlementClaimMutation(c.config, OpUpdateOne, withSettlementClaim(_m))
+	return &SettlementClaimUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *SettlementClaimClient) UpdateOneID(id int) *SettlementClaimUpdateOne {
+	mutation := newSettlementClaimMutation(c.config, OpUpdateOne, withSettlementClaimID(id))
+	return &SettlementClaimUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for SettlementClaim.
+func (c *SettlementClaimClient) Delete() *SettlementClaimDelete {
+	mutation := newSettlementClaimMutation(c.config, OpDelete)
+	return &SettlementClaimDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *SettlementClaimClient) DeleteOne(_m *SettlementClaim) *SettlementClaimDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *SettlementClaimClient) DeleteOneID(id int) *SettlementClaimDeleteOne {
+	builder := c.Delete().Where(settlementclaim.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &SettlementClaimDeleteOne{builder}
+}
+
+// Query returns a query builder for SettlementClaim.
+func (c *SettlementClaimClient) Query() *SettlementClaimQuery {
+	return &SettlementClaimQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeSettlementClaim},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a SettlementClaim entity by its id.
+func (c *SettlementClaimClient) Get(ctx context.Context, id int) (*SettlementClaim, error) {
+	return c.Query().Where(settlementclaim.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *SettlementClaimClient) GetX(ctx context.Context, id int) *SettlementClaim {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *SettlementClaimClient) Hooks() []Hook {
+	return c.hooks.SettlementClaim
+}
+
+// Interceptors returns the client interceptors.
+func (c *SettlementClaimClient) Interceptors() []Interceptor {
+	return c.inters.SettlementClaim
+}
+
+func (c *SettlementClaimClient) mutate(ctx context.Context, m *SettlementClaimMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&SettlementClaimCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&SettlementClaimUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&SettlementClaimUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&SettlementClaimDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown SettlementClaim mutation op: %q", m.Op())
+	}
+}
+
 // UserClient is a client for the User schema.
 type UserClient struct {
 	config
@@ -2296,13 +2437,13 @@ func (c *WebhookEndpointClient) mutate(ctx context.Context, m *WebhookEndpointMu
 type (
 	hooks struct {
 		Business, BusinessUser, DeliveryAttempt, Device, Event, InteropSubmission,
-		RateLimitBucket, Setting, User, Voucher, VoucherSession, WebhookDelivery,
-		WebhookEndpoint []ent.Hook
+		RateLimitBucket, Setting, SettlementClaim, User, Voucher, VoucherSession,
+		WebhookDelivery, WebhookEndpoint []ent.Hook
 	}
 	inters struct {
 		Business, BusinessUser, DeliveryAttempt, Device, Event, InteropSubmission,
-		RateLimitBucket, Setting, User, Voucher, VoucherSession, WebhookDelivery,
-		WebhookEndpoint []ent.Interceptor
+		RateLimitBucket, Setting, SettlementClaim, User, Voucher, VoucherSession,
+		WebhookDelivery, WebhookEndpoint []ent.Interceptor
 	}
 )
 

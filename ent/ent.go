@@ -20,6 +20,7 @@ import (
 	"github.com/voucherd/voucherd/ent/interopsubmission"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
@@ -93,6 +94,7 @@ func checkColumn(t, c string) error {
 			interopsubmission.Table: interopsubmission.ValidColumn,
 			ratelimitbucket.Table:   ratelimitbucket.ValidColumn,
 			setting.Table:           setting.ValidColumn,
+			settlementclaim.Table:   settlementclaim.ValidColumn,
 			user.Table:              user.ValidColumn,
 			voucher.Table:           voucher.ValidColumn,
 			vouchersession.Table:    vouchersession.ValidColumn,

@@ -926,6 +926,11 @@ func (_q *VoucherQuery) collectField(ctx context.Context, oneNode bool, opCtx *g
 				selectedFields = append(selectedFields, voucher.FieldExpiresAt)
 				fieldSeen[voucher.FieldExpiresAt] = struct{}{}
 			}
+		case "settlement":
+			if _, ok := fieldSeen[voucher.FieldSettlement]; !ok {
+				selectedFields = append(selectedFields, voucher.FieldSettlement)
+				fieldSeen[voucher.FieldSettlement] = struct{}{}
+			}
 		case "id":
 		case "__typename":
 		default:

@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/ent/predicate"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
@@ -46,6 +47,7 @@ const (
 	TypeInteropSubmission = "InteropSubmission"
 	TypeRateLimitBucket   = "RateLimitBucket"
 	TypeSetting           = "Setting"
+	TypeSettlementClaim   = "SettlementClaim"
 	TypeUser              = "User"
 	TypeVoucher           = "Voucher"
 	TypeVoucherSession    = "VoucherSession"
@@ -5022,6 +5024,494 @@ func (m *SettingMutation) ResetEdge(name string) error {
 	return fmt.Errorf("unknown Setting edge %s", name)
 }
 
+// SettlementClaimMutation represents an operation that mutates the SettlementClaim nodes in the graph.
+type SettlementClaimMutation struct {
+	config
+	op               Op
+	typ              string
+	id               *int
+	network          *string
+	transaction_hash *string
+	voucher_id       *string
+	created_at       *time.Time
+	clearedFields    map[string]struct{}
+	done             bool
+	oldValue         func(context.Context) (*SettlementClaim, error)
+	predicates       []predicate.SettlementClaim
+}
+
+var _ ent.Mutation = (*SettlementClaimMutation)(nil)
+
+// settlementclaimOption allows management of the mutation configuration using functional options.
+type settlementclaimOption func(*SettlementClaimMutation)
+
+// newSettlementClaimMutation creates new mutation for the SettlementClaim entity.
+func newSettlementClaimMutation(c config, op Op, opts ...settlementclaimOption) *SettlementClaimMutation {
+	m := &SettlementClaimMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeSettlementClaim,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withSettlementClaimID sets the ID field of the mutation.
+func withSettlementClaimID(id int) settlementclaimOption {
+	return func(m *SettlementClaimMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *SettlementClaim
+		)
+		m.oldValue = func(ctx context.Context) (*SettlementClaim, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().SettlementClaim.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withSettlementClaim sets the old SettlementClaim of the mutation.
+func withSettlementClaim(node *SettlementClaim) settlementclaimOption {
+	return func(m *SettlementClaimMutation) {
+		m.oldValue = func(context.Context) (*SettlementClaim, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m SettlementClaimMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m SettlementClaimMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *SettlementClaimMutation) ID() (id int, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *SettlementClaimMutation) IDs(ctx context.Context) ([]int, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []int{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().SettlementClaim.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetNetwork sets the "network" field.
+func (m *SettlementClaimMutation) SetNetwork(s string) {
+	m.network = &s
+}
+
+// Network returns the value of the "network" field in the mutation.
+func (m *SettlementClaimMutation) Network() (r string, exists bool) {
+	v := m.network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldNetwork returns the old "network" field's value of the SettlementClaim entity.
+// If the SettlementClaim object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SettlementClaimMutation) OldNetwork(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldNetwork: %w", err)
+	}
+	return oldValue.Network, nil
+}
+
+// ResetNetwork resets all changes to the "network" field.
+func (m *SettlementClaimMutation) ResetNetwork() {
+	m.network = nil
+}
+
+// SetTransactionHash sets the "transaction_hash" field.
+func (m *SettlementClaimMutation) SetTransactionHash(s string) {
+	m.transaction_hash = &s
+}
+
+// TransactionHash returns the value of the "transaction_hash" field in the mutation.
+func (m *SettlementClaimMutation) TransactionHash() (r string, exists bool) {
+	v := m.transaction_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldTransactionHash returns the old "transaction_hash" field's value of the SettlementClaim entity.
+// If the SettlementClaim object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SettlementClaimMutation) OldTransactionHash(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldTransactionHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldTransactionHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldTransactionHash: %w", err)
+	}
+	return oldValue.TransactionHash, nil
+}
+
+// ResetTransactionHash resets all changes to the "transaction_hash" field.
+func (m *SettlementClaimMutation) ResetTransactionHash() {
+	m.transaction_hash = nil
+}
+
+// SetVoucherID sets the "voucher_id" field.
+func (m *SettlementClaimMutation) SetVoucherID(s string) {
+	m.voucher_id = &s
+}
+
+// VoucherID returns the value of the "voucher_id" field in the mutation.
+func (m *SettlementClaimMutation) VoucherID() (r string, exists bool) {
+	v := m.voucher_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldVoucherID returns the old "voucher_id" field's value of the SettlementClaim entity.
+// If the SettlementClaim object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SettlementClaimMutation) OldVoucherID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldVoucherID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldVoucherID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldVoucherID: %w", err)
+	}
+	return oldValue.VoucherID, nil
+}
+
+// ResetVoucherID resets all changes to the "voucher_id" field.
+func (m *SettlementClaimMutation) ResetVoucherID() {
+	m.voucher_id = nil
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *SettlementClaimMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *SettlementClaimMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the SettlementClaim entity.
+// If the SettlementClaim object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *SettlementClaimMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *SettlementClaimMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// Where appends a list predicates to the SettlementClaimMutation builder.
+func (m *SettlementClaimMutation) Where(ps ...predicate.SettlementClaim) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the SettlementClaimMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *SettlementClaimMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.SettlementClaim, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *SettlementClaimMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *SettlementClaimMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (SettlementClaim).
+func (m *SettlementClaimMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *SettlementClaimMutation) Fields() []string {
+	fields := make([]string, 0, 4)
+	if m.network != nil {
+		fields = append(fields, settlementclaim.FieldNetwork)
+	}
+	if m.transaction_hash != nil {
+		fields = append(fields, settlementclaim.FieldTransactionHash)
+	}
+	if m.voucher_id != nil {
+		fields = append(fields, settlementclaim.FieldVoucherID)
+	}
+	if m.created_at != nil {
+		fields = append(fields, settlementclaim.FieldCreatedAt)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *SettlementClaimMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case settlementclaim.FieldNetwork:
+		return m.Network()
+	case settlementclaim.FieldTransactionHash:
+		return m.TransactionHash()
+	case settlementclaim.FieldVoucherID:
+		return m.VoucherID()
+	case settlementclaim.FieldCreatedAt:
+		return m.CreatedAt()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *SettlementClaimMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case settlementclaim.FieldNetwork:
+		return m.OldNetwork(ctx)
+	case settlementclaim.FieldTransactionHash:
+		return m.OldTransactionHash(ctx)
+	case settlementclaim.FieldVoucherID:
+		return m.OldVoucherID(ctx)
+	case settlementclaim.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	}
+	return nil, fmt.Errorf("unknown SettlementClaim field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *SettlementClaimMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case settlementclaim.FieldNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetNetwork(v)
+		return nil
+	case settlementclaim.FieldTransactionHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetTransactionHash(v)
+		return nil
+	case settlementclaim.FieldVoucherID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetVoucherID(v)
+		return nil
+	case settlementclaim.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	}
+	return fmt.Errorf("unknown SettlementClaim field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *SettlementClaimMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *SettlementClaimMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *SettlementClaimMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown SettlementClaim numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *SettlementClaimMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *SettlementClaimMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *SettlementClaimMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown SettlementClaim nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *SettlementClaimMutation) ResetField(name string) error {
+	switch name {
+	case settlementclaim.FieldNetwork:
+		m.ResetNetwork()
+		return nil
+	case settlementclaim.FieldTransactionHash:
+		m.ResetTransactionHash()
+		return nil
+	case settlementclaim.FieldVoucherID:
+		m.ResetVoucherID()
+		return nil
+	case settlementclaim.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	}
+	return fmt.Errorf("unknown SettlementClaim field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *SettlementClaimMutation) AddedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *SettlementClaimMutation) AddedIDs(name string) []ent.Value {
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *SettlementClaimMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *SettlementClaimMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *SettlementClaimMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 0)
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *SettlementClaimMutation) EdgeCleared(name string) bool {
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *SettlementClaimMutation) ClearEdge(name string) error {
+	return fmt.Errorf("unknown SettlementClaim unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *SettlementClaimMutation) ResetEdge(name string) error {
+	return fmt.Errorf("unknown SettlementClaim edge %s", name)
+}
+
 // UserMutation represents an operation that mutates the User nodes in the graph.
 type UserMutation struct {
 	config
@@ -5612,42 +6102,44 @@ func (m *UserMutation) ResetEdge(name string) error {
 // VoucherMutation represents an operation that mutates the Voucher nodes in the graph.
 type VoucherMutation struct {
 	config
-	op               Op
-	typ              string
-	id               *string
-	created_at       *time.Time
-	updated_at       *time.Time
-	code             *string
-	live_code        *string
-	status           *voucher.Status
-	_type            *voucher.Type
-	version          *int
-	addversion       *int
-	payer_id         *string
-	payee_id         *string
-	expected_payment **payment.Payment
-	supplied_payment **payment.Payment
-	exchange_rate    *string
-	networks         *[]payment.Network
-	appendnetworks   []payment.Network
-	payments         *[]payment.CustomPayment
-	appendpayments   []payment.CustomPayment
-	extras           *[]json.RawMessage
-	appendextras     []json.RawMessage
-	payee_info       *json.RawMessage
-	appendpayee_info json.RawMessage
-	receipts         *[]payment.Receipt
-	appendreceipts   []payment.Receipt
-	discard_reason   *string
-	expires_at       *time.Time
-	clearedFields    map[string]struct{}
-	session          *string
-	clearedsession   bool
-	business         *string
-	clearedbusiness  bool
-	done             bool
-	oldValue         func(context.Context) (*Voucher, error)
-	predicates       []predicate.Voucher
+	op                 Op
+	typ                string
+	id                 *string
+	created_at         *time.Time
+	updated_at         *time.Time
+	code               *string
+	live_code          *string
+	status             *voucher.Status
+	_type              *voucher.Type
+	version            *int
+	addversion         *int
+	payer_id           *string
+	payee_id           *string
+	expected_payment   **payment.Payment
+	supplied_payment   **payment.Payment
+	exchange_rate      *string
+	networks           *[]payment.Network
+	appendnetworks     []payment.Network
+	payments           *[]payment.CustomPayment
+	appendpayments     []payment.CustomPayment
+	extras             *[]json.RawMessage
+	appendextras       []json.RawMessage
+	payee_info         *json.RawMessage
+	appendpayee_info   json.RawMessage
+	receipts           *[]payment.Receipt
+	appendreceipts     []payment.Receipt
+	discard_reason     *string
+	expires_at         *time.Time
+	settlement         **payment.Settlement
+	settlement_network *string
+	clearedFields      map[string]struct{}
+	session            *string
+	clearedsession     bool
+	business           *string
+	clearedbusiness    bool
+	done               bool
+	oldValue           func(context.Context) (*Voucher, error)
+	predicates         []predicate.Voucher
 }
 
 var _ ent.Mutation = (*VoucherMutation)(nil)
@@ -6766,6 +7258,104 @@ func (m *VoucherMutation) ResetExpiresAt() {
 	m.expires_at = nil
 }
 
+// SetSettlement sets the "settlement" field.
+func (m *VoucherMutation) SetSettlement(pa *payment.Settlement) {
+	m.settlement = &pa
+}
+
+// Settlement returns the value of the "settlement" field in the mutation.
+func (m *VoucherMutation) Settlement() (r *payment.Settlement, exists bool) {
+	v := m.settlement
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSettlement returns the old "settlement" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldSettlement(ctx context.Context) (v *payment.Settlement, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSettlement is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSettlement requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSettlement: %w", err)
+	}
+	return oldValue.Settlement, nil
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (m *VoucherMutation) ClearSettlement() {
+	m.settlement = nil
+	m.clearedFields[voucher.FieldSettlement] = struct{}{}
+}
+
+// SettlementCleared returns if the "settlement" field was cleared in this mutation.
+func (m *VoucherMutation) SettlementCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldSettlement]
+	return ok
+}
+
+// ResetSettlement resets all changes to the "settlement" field.
+func (m *VoucherMutation) ResetSettlement() {
+	m.settlement = nil
+	delete(m.clearedFields, voucher.FieldSettlement)
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (m *VoucherMutation) SetSettlementNetwork(s string) {
+	m.settlement_network = &s
+}
+
+// SettlementNetwork returns the value of the "settlement_network" field in the mutation.
+func (m *VoucherMutation) SettlementNetwork() (r string, exists bool) {
+	v := m.settlement_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSettlementNetwork returns the old "settlement_network" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldSettlementNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSettlementNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSettlementNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSettlementNetwork: %w", err)
+	}
+	return oldValue.SettlementNetwork, nil
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (m *VoucherMutation) ClearSettlementNetwork() {
+	m.settlement_network = nil
+	m.clearedFields[voucher.FieldSettlementNetwork] = struct{}{}
+}
+
+// SettlementNetworkCleared returns if the "settlement_network" field was cleared in this mutation.
+func (m *VoucherMutation) SettlementNetworkCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldSettlementNetwork]
+	return ok
+}
+
+// ResetSettlementNetwork resets all changes to the "settlement_network" field.
+func (m *VoucherMutation) ResetSettlementNetwork() {
+	m.settlement_network = nil
+	delete(m.clearedFields, voucher.FieldSettlementNetwork)
+}
+
 // ClearSession clears the "session" edge to the VoucherSession entity.
 func (m *VoucherMutation) ClearSession() {
 	m.clearedsession = true
@@ -6854,7 +7444,7 @@ func (m *VoucherMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VoucherMutation) Fields() []string {
-	fields := make([]string, 0, 21)
+	fields := make([]string, 0, 23)
 	if m.created_at != nil {
 		fields = append(fields, voucher.FieldCreatedAt)
 	}
@@ -6918,6 +7508,12 @@ func (m *VoucherMutation) Fields() []string {
 	if m.expires_at != nil {
 		fields = append(fields, voucher.FieldExpiresAt)
 	}
+	if m.settlement != nil {
+		fields = append(fields, voucher.FieldSettlement)
+	}
+	if m.settlement_network != nil {
+		fields = append(fields, voucher.FieldSettlementNetwork)
+	}
 	return fields
 }
 
@@ -6968,6 +7564,10 @@ func (m *VoucherMutation) Field(name string) (ent.Value, bool) {
 		return m.DiscardReason()
 	case voucher.FieldExpiresAt:
 		return m.ExpiresAt()
+	case voucher.FieldSettlement:
+		return m.Settlement()
+	case voucher.FieldSettlementNetwork:
+		return m.SettlementNetwork()
 	}
 	return nil, false
 }
@@ -7019,6 +7619,10 @@ func (m *VoucherMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldDiscardReason(ctx)
 	case voucher.FieldExpiresAt:
 		return m.OldExpiresAt(ctx)
+	case voucher.FieldSettlement:
+		return m.OldSettlement(ctx)
+	case voucher.FieldSettlementNetwork:
+		return m.OldSettlementNetwork(ctx)
 	}
 	return nil, fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -7175,6 +7779,20 @@ func (m *VoucherMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetExpiresAt(v)
 		return nil
+	case voucher.FieldSettlement:
+		v, ok := value.(*payment.Settlement)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSettlement(v)
+		return nil
+	case voucher.FieldSettlementNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSettlementNetwork(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -7256,6 +7874,12 @@ func (m *VoucherMutation) ClearedFields() []string {
 	if m.FieldCleared(voucher.FieldDiscardReason) {
 		fields = append(fields, voucher.FieldDiscardReason)
 	}
+	if m.FieldCleared(voucher.FieldSettlement) {
+		fields = append(fields, voucher.FieldSettlement)
+	}
+	if m.FieldCleared(voucher.FieldSettlementNetwork) {
+		fields = append(fields, voucher.FieldSettlementNetwork)
+	}
 	return fields
 }
 
@@ -7305,6 +7929,12 @@ func (m *VoucherMutation) ClearField(name string) error {
 		return nil
 	case voucher.FieldDiscardReason:
 		m.ClearDiscardReason()
+		return nil
+	case voucher.FieldSettlement:
+		m.ClearSettlement()
+		return nil
+	case voucher.FieldSettlementNetwork:
+		m.ClearSettlementNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher nullable field %s", name)
@@ -7376,6 +8006,12 @@ func (m *VoucherMutation) ResetField(name string) error {
 		return nil
 	case voucher.FieldExpiresAt:
 		m.ResetExpiresAt()
+		return nil
+	case voucher.FieldSettlement:
+		m.ResetSettlement()
+		return nil
+	case voucher.FieldSettlementNetwork:
+		m.ResetSettlementNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)

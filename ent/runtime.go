@@ -14,6 +14,7 @@ import (
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/schema"
 	"github.com/voucherd/voucherd/ent/setting"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
@@ -337,6 +338,24 @@ func init() {
 			return nil
 		}
 	}()
+	settlementclaimFields := schema.SettlementClaim{}.Fields()
+	_ = settlementclaimFields
+	// settlementclaimDescNetwork is the schema descriptor for network field.
+	settlementclaimDescNetwork := settlementclaimFields[0].Descriptor()
+	// settlementclaim.NetworkValidator is a validator for the "network" field. It is called by the builders before save.
+	settlementclaim.NetworkValidator = settlementclaimDescNetwork.Validators[0].(func(string) error)
+	// settlementclaimDescTransactionHash is the schema descriptor for transaction_hash field.
+	settlementclaimDescTransactionHash := settlementclaimFields[1].Descriptor()
+	// settlementclaim.TransactionHashValidator is a validator for the "transaction_hash" field. It is called by the builders before save.
+	settlementclaim.TransactionHashValidator = settlementclaimDescTransactionHash.Validators[0].(func(string) error)
+	// settlementclaimDescVoucherID is the schema descriptor for voucher_id field.
+	settlementclaimDescVoucherID := settlementclaimFields[2].Descriptor()
+	// settlementclaim.VoucherIDValidator is a validator for the "voucher_id" field. It is called by the builders before save.
+	settlementclaim.VoucherIDValidator = settlementclaimDescVoucherID.Validators[0].(func(string) error)
+	// settlementclaimDescCreatedAt is the schema descriptor for created_at field.
+	settlementclaimDescCreatedAt := settlementclaimFields[3].Descriptor()
+	// settlementclaim.DefaultCreatedAt holds the default value on creation for the created_at field.
+	settlementclaim.DefaultCreatedAt = settlementclaimDescCreatedAt.Default.(func() time.Time)
 	userMixin := schema.User{}.Mixin()
 	userMixinFields0 := userMixin[0].Fields()
 	_ = userMixinFields0

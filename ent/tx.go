@@ -30,6 +30,8 @@ type Tx struct {
 	RateLimitBucket *RateLimitBucketClient
 	// Setting is the client for interacting with the Setting builders.
 	Setting *SettingClient
+	// SettlementClaim is the client for interacting with the SettlementClaim builders.
+	SettlementClaim *SettlementClaimClient
 	// User is the client for interacting with the User builders.
 	User *UserClient
 	// Voucher is the client for interacting with the Voucher builders.
@@ -179,6 +181,7 @@ func (tx *Tx) init() {
 	tx.InteropSubmission = NewInteropSubmissionClient(tx.config)
 	tx.RateLimitBucket = NewRateLimitBucketClient(tx.config)
 	tx.Setting = NewSettingClient(tx.config)
+	tx.SettlementClaim = NewSettlementClaimClient(tx.config)
 	tx.User = NewUserClient(tx.config)
 	tx.Voucher = NewVoucherClient(tx.config)
 	tx.VoucherSession = NewVoucherSessionClient(tx.config)

@@ -63,6 +63,10 @@ type Voucher struct {
 	DiscardReason *string `json:"discard_reason,omitempty"`
 	// ExpiresAt holds the value of the "expires_at" field.
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
+	// Settlement holds the value of the "settlement" field.
+	Settlement *payment.Settlement `json:"settlement,omitempty"`
+	// SettlementNetwork holds the value of the "settlement_network" field.
+	SettlementNetwork *string `json:"settlement_network,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the VoucherQuery when eager-loading is set.
 	Edges        VoucherEdges `json:"edges"`
@@ -107,11 +111,11 @@ func (*Voucher) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case voucher.FieldExpectedPayment, voucher.FieldSuppliedPayment, voucher.FieldNetworks, voucher.FieldPayments, voucher.FieldExtras, voucher.FieldPayeeInfo, voucher.FieldReceipts:
+		case voucher.FieldExpectedPayment, voucher.FieldSuppliedPayment, voucher.FieldNetworks, voucher.FieldPayments, voucher.FieldExtras, voucher.FieldPayeeInfo, voucher.FieldReceipts, voucher.FieldSettlement:
 			values[i] = new([]byte)
 		case voucher.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason:
+		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldSettlementNetwork:
 			values[i] = new(sql.NullString)
 		case voucher.FieldCreatedAt, voucher.FieldUpdatedAt, voucher.FieldExpiresAt:
 			values[i] = new(sql.NullTime)
@@ -281,6 +285,21 @@ func (_m *Voucher) assignValues(columns []string, values []any) error {
 			} else if value.Valid {
 				_m.ExpiresAt = value.Time
 			}
+		case voucher.FieldSettlement:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field settlement", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.Settlement); err != nil {
+					return fmt.Errorf("unmarshal field settlement: %w", err)
+				}
+			}
+		case voucher.FieldSettlementNetwork:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field settlement_network", values[i])
+			} else if value.Valid {
+				_m.SettlementNetwork = new(string)
+				*_m.SettlementNetwork = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -399,6 +418,14 @@ func (_m *Voucher) String() string {
 	builder.WriteString(", ")
 	builder.WriteString("expires_at=")
 	builder.WriteString(_m.ExpiresAt.Format(time.ANSIC))
+	builder.WriteString(", ")
+	builder.WriteString("settlement=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Settlement))
+	builder.WriteString(", ")
+	if v := _m.SettlementNetwork; v != nil {
+		builder.WriteString("settlement_network=")
+		builder.WriteString(*v)
+	}
 	builder.WriteByte(')')
 	return builder.String()
 }

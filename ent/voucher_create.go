@@ -225,6 +225,26 @@ func (_c *VoucherCreate) SetExpiresAt(v time.Time) *VoucherCreate {
 	return _c
 }
 
+// SetSettlement sets the "settlement" field.
+func (_c *VoucherCreate) SetSettlement(v *payment.Settlement) *VoucherCreate {
+	_c.mutation.SetSettlement(v)
+	return _c
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (_c *VoucherCreate) SetSettlementNetwork(v string) *VoucherCreate {
+	_c.mutation.SetSettlementNetwork(v)
+	return _c
+}
+
+// SetNillableSettlementNetwork sets the "settlement_network" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableSettlementNetwork(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetSettlementNetwork(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *VoucherCreate) SetID(v string) *VoucherCreate {
 	_c.mutation.SetID(v)
@@ -474,6 +494,14 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)
 		_node.ExpiresAt = value
+	}
+	if value, ok := _c.mutation.Settlement(); ok {
+		_spec.SetField(voucher.FieldSettlement, field.TypeJSON, value)
+		_node.Settlement = value
+	}
+	if value, ok := _c.mutation.SettlementNetwork(); ok {
+		_spec.SetField(voucher.FieldSettlementNetwork, field.TypeString, value)
+		_node.SettlementNetwork = &value
 	}
 	if nodes := _c.mutation.SessionIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -810,6 +838,42 @@ func (u *VoucherUpsert) SetExpiresAt(v time.Time) *VoucherUpsert {
 // UpdateExpiresAt sets the "expires_at" field to the value that was provided on create.
 func (u *VoucherUpsert) UpdateExpiresAt() *VoucherUpsert {
 	u.SetExcluded(voucher.FieldExpiresAt)
+	return u
+}
+
+// SetSettlement sets the "settlement" field.
+func (u *VoucherUpsert) SetSettlement(v *payment.Settlement) *VoucherUpsert {
+	u.Set(voucher.FieldSettlement, v)
+	return u
+}
+
+// UpdateSettlement sets the "settlement" field to the value that was provided on create.
+func (u *VoucherUpsert) UpdateSettlement() *VoucherUpsert {
+	u.SetExcluded(voucher.FieldSettlement)
+	return u
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (u *VoucherUpsert) ClearSettlement() *VoucherUpsert {
+	u.SetNull(voucher.FieldSettlement)
+	return u
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (u *VoucherUpsert) SetSettlementNetwork(v string) *VoucherUpsert {
+	u.Set(voucher.FieldSettlementNetwork, v)
+	return u
+}
+
+// UpdateSettlementNetwork sets the "settlement_network" field to the value that was provided on create.
+func (u *VoucherUpsert) UpdateSettlementNetwork() *VoucherUpsert {
+	u.SetExcluded(voucher.FieldSettlementNetwork)
+	return u
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (u *VoucherUpsert) ClearSettlementNetwork() *VoucherUpsert {
+	u.SetNull(voucher.FieldSettlementNetwork)
 	return u
 }
 
@@ -1170,6 +1234,48 @@ func (u *VoucherUpsertOne) SetExpiresAt(v time.Time) *VoucherUpsertOne {
 func (u *VoucherUpsertOne) UpdateExpiresAt() *VoucherUpsertOne {
 	return u.Update(func(s *VoucherUpsert) {
 		s.UpdateExpiresAt()
+	})
+}
+
+// SetSettlement sets the "settlement" field.
+func (u *VoucherUpsertOne) SetSettlement(v *payment.Settlement) *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSettlement(v)
+	})
+}
+
+// UpdateSettlement sets the "settlement" field to the value that was provided on create.
+func (u *VoucherUpsertOne) UpdateSettlement() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSettlement()
+	})
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (u *VoucherUpsertOne) ClearSettlement() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSettlement()
+	})
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (u *VoucherUpsertOne) SetSettlementNetwork(v string) *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSettlementNetwork(v)
+	})
+}
+
+// UpdateSettlementNetwork sets the "settlement_network" field to the value that was provided on create.
+func (u *VoucherUpsertOne) UpdateSettlementNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSettlementNetwork()
+	})
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (u *VoucherUpsertOne) ClearSettlementNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSettlementNetwork()
 	})
 }
 
@@ -1697,6 +1803,48 @@ func (u *VoucherUpsertBulk) SetExpiresAt(v time.Time) *VoucherUpsertBulk {
 func (u *VoucherUpsertBulk) UpdateExpiresAt() *VoucherUpsertBulk {
 	return u.Update(func(s *VoucherUpsert) {
 		s.UpdateExpiresAt()
+	})
+}
+
+// SetSettlement sets the "settlement" field.
+func (u *VoucherUpsertBulk) SetSettlement(v *payment.Settlement) *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSettlement(v)
+	})
+}
+
+// UpdateSettlement sets the "settlement" field to the value that was provided on create.
+func (u *VoucherUpsertBulk) UpdateSettlement() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSettlement()
+	})
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (u *VoucherUpsertBulk) ClearSettlement() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSettlement()
+	})
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (u *VoucherUpsertBulk) SetSettlementNetwork(v string) *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSettlementNetwork(v)
+	})
+}
+
+// UpdateSettlementNetwork sets the "settlement_network" field to the value that was provided on create.
+func (u *VoucherUpsertBulk) UpdateSettlementNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSettlementNetwork()
+	})
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (u *VoucherUpsertBulk) ClearSettlementNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSettlementNetwork()
 	})
 }
 

@@ -281,6 +281,38 @@ func (_u *VoucherUpdate) SetNillableExpiresAt(v *time.Time) *VoucherUpdate {
 	return _u
 }
 
+// SetSettlement sets the "settlement" field.
+func (_u *VoucherUpdate) SetSettlement(v *payment.Settlement) *VoucherUpdate {
+	_u.mutation.SetSettlement(v)
+	return _u
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (_u *VoucherUpdate) ClearSettlement() *VoucherUpdate {
+	_u.mutation.ClearSettlement()
+	return _u
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (_u *VoucherUpdate) SetSettlementNetwork(v string) *VoucherUpdate {
+	_u.mutation.SetSettlementNetwork(v)
+	return _u
+}
+
+// SetNillableSettlementNetwork sets the "settlement_network" field if the given value is not nil.
+func (_u *VoucherUpdate) SetNillableSettlementNetwork(v *string) *VoucherUpdate {
+	if v != nil {
+		_u.SetSettlementNetwork(*v)
+	}
+	return _u
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (_u *VoucherUpdate) ClearSettlementNetwork() *VoucherUpdate {
+	_u.mutation.ClearSettlementNetwork()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdate) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -468,6 +500,18 @@ func (_u *VoucherUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if value, ok := _u.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)
+	}
+	if value, ok := _u.mutation.Settlement(); ok {
+		_spec.SetField(voucher.FieldSettlement, field.TypeJSON, value)
+	}
+	if _u.mutation.SettlementCleared() {
+		_spec.ClearField(voucher.FieldSettlement, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.SettlementNetwork(); ok {
+		_spec.SetField(voucher.FieldSettlementNetwork, field.TypeString, value)
+	}
+	if _u.mutation.SettlementNetworkCleared() {
+		_spec.ClearField(voucher.FieldSettlementNetwork, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -740,6 +784,38 @@ func (_u *VoucherUpdateOne) SetNillableExpiresAt(v *time.Time) *VoucherUpdateOne
 	return _u
 }
 
+// SetSettlement sets the "settlement" field.
+func (_u *VoucherUpdateOne) SetSettlement(v *payment.Settlement) *VoucherUpdateOne {
+	_u.mutation.SetSettlement(v)
+	return _u
+}
+
+// ClearSettlement clears the value of the "settlement" field.
+func (_u *VoucherUpdateOne) ClearSettlement() *VoucherUpdateOne {
+	_u.mutation.ClearSettlement()
+	return _u
+}
+
+// SetSettlementNetwork sets the "settlement_network" field.
+func (_u *VoucherUpdateOne) SetSettlementNetwork(v string) *VoucherUpdateOne {
+	_u.mutation.SetSettlementNetwork(v)
+	return _u
+}
+
+// SetNillableSettlementNetwork sets the "settlement_network" field if the given value is not nil.
+func (_u *VoucherUpdateOne) SetNillableSettlementNetwork(v *string) *VoucherUpdateOne {
+	if v != nil {
+		_u.SetSettlementNetwork(*v)
+	}
+	return _u
+}
+
+// ClearSettlementNetwork clears the value of the "settlement_network" field.
+func (_u *VoucherUpdateOne) ClearSettlementNetwork() *VoucherUpdateOne {
+	_u.mutation.ClearSettlementNetwork()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdateOne) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -957,6 +1033,18 @@ func (_u *VoucherUpdateOne) sqlSave(ctx context.Context) (_node *Voucher, err er
 	}
 	if value, ok := _u.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)
+	}
+	if value, ok := _u.mutation.Settlement(); ok {
+		_spec.SetField(voucher.FieldSettlement, field.TypeJSON, value)
+	}
+	if _u.mutation.SettlementCleared() {
+		_spec.ClearField(voucher.FieldSettlement, field.TypeJSON)
+	}
+	if value, ok := _u.mutation.SettlementNetwork(); ok {
+		_spec.SetField(voucher.FieldSettlementNetwork, field.TypeString, value)
+	}
+	if _u.mutation.SettlementNetworkCleared() {
+		_spec.ClearField(voucher.FieldSettlementNetwork, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Voucher{config: _u.config}

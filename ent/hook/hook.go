@@ -105,6 +105,18 @@ func (f SettingFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, err
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SettingMutation", m)
 }
 
+// The SettlementClaimFunc type is an adapter to allow the use of ordinary
+// function as SettlementClaim mutator.
+type SettlementClaimFunc func(context.Context, *ent.SettlementClaimMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f SettlementClaimFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.SettlementClaimMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.SettlementClaimMutation", m)
+}
+
 // The UserFunc type is an adapter to allow the use of ordinary
 // function as User mutator.
 type UserFunc func(context.Context, *ent.UserMutation) (ent.Value, error)

@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent/predicate"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
@@ -296,6 +297,33 @@ func (f TraverseSetting) Traverse(ctx context.Context, q ent.Query) error {
 	return fmt.Errorf("unexpected query type %T. expect *ent.SettingQuery", q)
 }
 
+// The SettlementClaimFunc type is an adapter to allow the use of ordinary function as a Querier.
+type SettlementClaimFunc func(context.Context, *ent.SettlementClaimQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f SettlementClaimFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.SettlementClaimQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.SettlementClaimQuery", q)
+}
+
+// The TraverseSettlementClaim type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseSettlementClaim func(context.Context, *ent.SettlementClaimQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseSettlementClaim) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseSettlementClaim) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.SettlementClaimQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.SettlementClaimQuery", q)
+}
+
 // The UserFunc type is an adapter to allow the use of ordinary function as a Querier.
 type UserFunc func(context.Context, *ent.UserQuery) (ent.Value, error)
 
@@ -450,6 +478,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.RateLimitBucketQuery, predicate.RateLimitBucket, ratelimitbucket.OrderOption]{typ: ent.TypeRateLimitBucket, tq: q}, nil
 	case *ent.SettingQuery:
 		return &query[*ent.SettingQuery, predicate.Setting, setting.OrderOption]{typ: ent.TypeSetting, tq: q}, nil
+	case *ent.SettlementClaimQuery:
+		return &query[*ent.SettlementClaimQuery, predicate.SettlementClaim, settlementclaim.OrderOption]{typ: ent.TypeSettlementClaim, tq: q}, nil
 	case *ent.UserQuery:
 		return &query[*ent.UserQuery, predicate.User, user.OrderOption]{typ: ent.TypeUser, tq: q}, nil
 	case *ent.VoucherQuery:

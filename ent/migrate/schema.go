@@ -192,6 +192,32 @@ var (
 		Columns:    SettingsColumns,
 		PrimaryKey: []*schema.Column{SettingsColumns[0]},
 	}
+	// SettlementClaimsColumns holds the columns for the "settlement_claims" table.
+	SettlementClaimsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeInt, Increment: true},
+		{Name: "network", Type: field.TypeString},
+		{Name: "transaction_hash", Type: field.TypeString},
+		{Name: "voucher_id", Type: field.TypeString},
+		{Name: "created_at", Type: field.TypeTime},
+	}
+	// SettlementClaimsTable holds the schema information for the "settlement_claims" table.
+	SettlementClaimsTable = &schema.Table{
+		Name:       "settlement_claims",
+		Columns:    SettlementClaimsColumns,
+		PrimaryKey: []*schema.Column{SettlementClaimsColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "settlementclaim_network_transaction_hash",
+				Unique:  true,
+				Columns: []*schema.Column{SettlementClaimsColumns[1], SettlementClaimsColumns[2]},
+			},
+			{
+				Name:    "settlementclaim_voucher_id",
+				Unique:  false,
+				Columns: []*schema.Column{SettlementClaimsColumns[3]},
+			},
+		},
+	}
 	// UsersColumns holds the columns for the "users" table.
 	UsersColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Size: 64},
@@ -228,6 +254,8 @@ var (
 		{Name: "receipts", Type: field.TypeJSON, Nullable: true},
 		{Name: "discard_reason", Type: field.TypeString, Nullable: true},
 		{Name: "expires_at", Type: field.TypeTime},
+		{Name: "settlement", Type: field.TypeJSON, Nullable: true},
+		{Name: "settlement_network", Type: field.TypeString, Nullable: true},
 		{Name: "business_id", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "session_id", Type: field.TypeString, Size: 64},
 	}
@@ -239,13 +267,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "vouchers_businesses_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[20]},
+				Columns:    []*schema.Column{VouchersColumns[22]},
 				RefColumns: []*schema.Column{BusinessesColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
 			{
 				Symbol:     "vouchers_voucher_sessions_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[21]},
+				Columns:    []*schema.Column{VouchersColumns[23]},
 				RefColumns: []*schema.Column{VoucherSessionsColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -259,7 +287,7 @@ var (
 			{
 				Name:    "voucher_session_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[21], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[23], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_payer_id_created_at",
@@ -274,12 +302,17 @@ var (
 			{
 				Name:    "voucher_business_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[20], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[22], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_status_expires_at",
 				Unique:  false,
 				Columns: []*schema.Column{VouchersColumns[5], VouchersColumns[19]},
+			},
+			{
+				Name:    "voucher_settlement_network",
+				Unique:  false,
+				Columns: []*schema.Column{VouchersColumns[21]},
 			},
 		},
 	}
@@ -423,6 +456,7 @@ var (
 		InteropSubmissionsTable,
 		RateLimitBucketsTable,
 		SettingsTable,
+		SettlementClaimsTable,
 		UsersTable,
 		VouchersTable,
 		VoucherSessionsTable,

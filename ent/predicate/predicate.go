@@ -30,6 +30,9 @@ type RateLimitBucket func(*sql.Selector)
 // Setting is the predicate function for setting builders.
 type Setting func(*sql.Selector)
 
+// SettlementClaim is the predicate function for settlementclaim builders.
+type SettlementClaim func(*sql.Selector)
+
 // User is the predicate function for user builders.
 type User func(*sql.Selector)
 

@@ -98,6 +98,15 @@ func (Voucher) Fields() []ent.Field {
 			Annotations(entgql.Type("[Receipt!]"), entgql.Skip(entgql.SkipWhereInput)),
 		field.String("discard_reason").Optional().Nillable(),
 		field.Time("expires_at").Annotations(entgql.OrderField("EXPIRES_AT")),
+		// settlement is what the chain showed about the payment of a
+		// resolved voucher (internal/settlement moves it); NULL before
+		// resolve and for vouchers resolved before settlement existed.
+		field.JSON("settlement", &payment.Settlement{}).Optional().
+			Annotations(entgql.Type("Settlement"), entgql.Skip(entgql.SkipWhereInput)),
+		// settlement_network names the network while the settlement is
+		// PENDING on a verified network, and is NULL otherwise: the
+		// settlement watcher's work list is an index range on it.
+		field.String("settlement_network").Optional().Nillable().Annotations(entgql.Skip()),
 	}
 }
 
@@ -119,7 +128,36 @@ func (Voucher) Indexes() []ent.Index {
 		index.Fields("business_id", "created_at"),
 		// The sweeper finds live vouchers past their expiry.
 		index.Fields("status", "expires_at"),
+		// The settlement watcher finds the vouchers pending on a network.
+		index.Fields("settlement_network"),
 	}
+}
+
+// SettlementClaim records that a voucher's receipt claimed a transaction:
+// the unique index on (network, transaction_hash) lets one transaction pay
+// one voucher at most, on every database.
+type SettlementClaim struct{ ent.Schema }
+
+func (SettlementClaim) Fields() []ent.Field {
+	return []ent.Field{
+		field.String("network").NotEmpty().Immutable(),
+		// transaction_hash is canonical: lower-case hex for evm, the
+		// base58 signature as given for solana.
+		field.String("transaction_hash").NotEmpty().Immutable(),
+		field.String("voucher_id").NotEmpty().Immutable(),
+		field.Time("created_at").Default(now).Immutable(),
+	}
+}
+
+func (SettlementClaim) Indexes() []ent.Index {
+	return []ent.Index{
+		index.Fields("network", "transaction_hash").Unique(),
+		index.Fields("voucher_id"),
+	}
+}
+
+func (SettlementClaim) Annotations() []schema.Annotation {
+	return []schema.Annotation{entgql.Skip()}
 }
 
 func (Voucher) Annotations() []schema.Annotation {

@@ -59,6 +59,10 @@ const (
 	FieldDiscardReason = "discard_reason"
 	// FieldExpiresAt holds the string denoting the expires_at field in the database.
 	FieldExpiresAt = "expires_at"
+	// FieldSettlement holds the string denoting the settlement field in the database.
+	FieldSettlement = "settlement"
+	// FieldSettlementNetwork holds the string denoting the settlement_network field in the database.
+	FieldSettlementNetwork = "settlement_network"
 	// EdgeSession holds the string denoting the session edge name in mutations.
 	EdgeSession = "session"
 	// EdgeBusiness holds the string denoting the business edge name in mutations.
@@ -105,6 +109,8 @@ var Columns = []string{
 	FieldReceipts,
 	FieldDiscardReason,
 	FieldExpiresAt,
+	FieldSettlement,
+	FieldSettlementNetwork,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -263,6 +269,11 @@ func ByDiscardReason(opts ...sql.OrderTermOption) OrderOption {
 // ByExpiresAt orders the results by the expires_at field.
 func ByExpiresAt(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldExpiresAt, opts...).ToFunc()
+}
+
+// BySettlementNetwork orders the results by the settlement_network field.
+func BySettlementNetwork(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSettlementNetwork, opts...).ToFunc()
 }
 
 // BySessionField orders the results by session field.

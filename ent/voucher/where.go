@@ -125,6 +125,11 @@ func ExpiresAt(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldExpiresAt, v))
 }
 
+// SettlementNetwork applies equality check predicate on the "settlement_network" field. It's identical to SettlementNetworkEQ.
+func SettlementNetwork(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSettlementNetwork, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldCreatedAt, v))
@@ -963,6 +968,91 @@ func ExpiresAtLT(v time.Time) predicate.Voucher {
 // ExpiresAtLTE applies the LTE predicate on the "expires_at" field.
 func ExpiresAtLTE(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldLTE(FieldExpiresAt, v))
+}
+
+// SettlementIsNil applies the IsNil predicate on the "settlement" field.
+func SettlementIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldSettlement))
+}
+
+// SettlementNotNil applies the NotNil predicate on the "settlement" field.
+func SettlementNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldSettlement))
+}
+
+// SettlementNetworkEQ applies the EQ predicate on the "settlement_network" field.
+func SettlementNetworkEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkNEQ applies the NEQ predicate on the "settlement_network" field.
+func SettlementNetworkNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkIn applies the In predicate on the "settlement_network" field.
+func SettlementNetworkIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldSettlementNetwork, vs...))
+}
+
+// SettlementNetworkNotIn applies the NotIn predicate on the "settlement_network" field.
+func SettlementNetworkNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldSettlementNetwork, vs...))
+}
+
+// SettlementNetworkGT applies the GT predicate on the "settlement_network" field.
+func SettlementNetworkGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkGTE applies the GTE predicate on the "settlement_network" field.
+func SettlementNetworkGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkLT applies the LT predicate on the "settlement_network" field.
+func SettlementNetworkLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkLTE applies the LTE predicate on the "settlement_network" field.
+func SettlementNetworkLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkContains applies the Contains predicate on the "settlement_network" field.
+func SettlementNetworkContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkHasPrefix applies the HasPrefix predicate on the "settlement_network" field.
+func SettlementNetworkHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkHasSuffix applies the HasSuffix predicate on the "settlement_network" field.
+func SettlementNetworkHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkIsNil applies the IsNil predicate on the "settlement_network" field.
+func SettlementNetworkIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldSettlementNetwork))
+}
+
+// SettlementNetworkNotNil applies the NotNil predicate on the "settlement_network" field.
+func SettlementNetworkNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldSettlementNetwork))
+}
+
+// SettlementNetworkEqualFold applies the EqualFold predicate on the "settlement_network" field.
+func SettlementNetworkEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldSettlementNetwork, v))
+}
+
+// SettlementNetworkContainsFold applies the ContainsFold predicate on the "settlement_network" field.
+func SettlementNetworkContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldSettlementNetwork, v))
 }
 
 // HasSession applies the HasEdge predicate on the "session" edge.

@@ -50,6 +50,8 @@ type ResolverRoot interface {
 	Query() QueryResolver
 	Rates() RatesResolver
 	Receipt() ReceiptResolver
+	Settlement() SettlementResolver
+	SettlementTransaction() SettlementTransactionResolver
 	Subscription() SubscriptionResolver
 	Viewer() ViewerResolver
 	WebhookDelivery() WebhookDeliveryResolver
@@ -236,6 +238,25 @@ type ComplexityRoot struct {
 		TransactionHash func(childComplexity int) int
 	}
 
+	Settlement struct {
+		Confirmations         func(childComplexity int) int
+		Currency              func(childComplexity int) int
+		PaidAmount            func(childComplexity int) int
+		RequiredConfirmations func(childComplexity int) int
+		Status                func(childComplexity int) int
+		Transactions          func(childComplexity int) int
+		Verified              func(childComplexity int) int
+	}
+
+	SettlementTransaction struct {
+		Amount          func(childComplexity int) int
+		BlockNumber     func(childComplexity int) int
+		Confirmations   func(childComplexity int) int
+		Reason          func(childComplexity int) int
+		Status          func(childComplexity int) int
+		TransactionHash func(childComplexity int) int
+	}
+
 	Subscription struct {
 		VoucherUpdated func(childComplexity int, id *string, sessionID *string, businessID *string) int
 	}
@@ -276,6 +297,7 @@ type ComplexityRoot struct {
 		Payments        func(childComplexity int) int
 		Receipts        func(childComplexity int) int
 		SessionID       func(childComplexity int) int
+		Settlement      func(childComplexity int) int
 		Status          func(childComplexity int) int
 		SuppliedPayment func(childComplexity int) int
 		Type            func(childComplexity int) int
@@ -426,6 +448,15 @@ type RatesResolver interface {
 type ReceiptResolver interface {
 	TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error)
 	Amount(ctx context.Context, obj *payment.Receipt) (*string, error)
+}
+type SettlementResolver interface {
+	PaidAmount(ctx context.Context, obj *payment.Settlement) (*string, error)
+	Currency(ctx context.Context, obj *payment.Settlement) (*string, error)
+}
+type SettlementTransactionResolver interface {
+	Reason(ctx context.Context, obj *payment.SettlementTransaction) (*string, error)
+
+	Amount(ctx context.Context, obj *payment.SettlementTransaction) (*string, error)
 }
 type SubscriptionResolver interface {
 	VoucherUpdated(ctx context.Context, id *string, sessionID *string, businessID *string) (<-chan *ent.Voucher, error)
@@ -1295,6 +1326,86 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Receipt.TransactionHash(childComplexity), true
 
+	case "Settlement.confirmations":
+		if e.ComplexityRoot.Settlement.Confirmations == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.Confirmations(childComplexity), true
+	case "Settlement.currency":
+		if e.ComplexityRoot.Settlement.Currency == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.Currency(childComplexity), true
+	case "Settlement.paidAmount":
+		if e.ComplexityRoot.Settlement.PaidAmount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.PaidAmount(childComplexity), true
+	case "Settlement.requiredConfirmations":
+		if e.ComplexityRoot.Settlement.RequiredConfirmations == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.RequiredConfirmations(childComplexity), true
+	case "Settlement.status":
+		if e.ComplexityRoot.Settlement.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.Status(childComplexity), true
+	case "Settlement.transactions":
+		if e.ComplexityRoot.Settlement.Transactions == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.Transactions(childComplexity), true
+	case "Settlement.verified":
+		if e.ComplexityRoot.Settlement.Verified == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Settlement.Verified(childComplexity), true
+
+	case "SettlementTransaction.amount":
+		if e.ComplexityRoot.SettlementTransaction.Amount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Amount(childComplexity), true
+	case "SettlementTransaction.blockNumber":
+		if e.ComplexityRoot.SettlementTransaction.BlockNumber == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.BlockNumber(childComplexity), true
+	case "SettlementTransaction.confirmations":
+		if e.ComplexityRoot.SettlementTransaction.Confirmations == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Confirmations(childComplexity), true
+	case "SettlementTransaction.reason":
+		if e.ComplexityRoot.SettlementTransaction.Reason == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Reason(childComplexity), true
+	case "SettlementTransaction.status":
+		if e.ComplexityRoot.SettlementTransaction.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Status(childComplexity), true
+	case "SettlementTransaction.transactionHash":
+		if e.ComplexityRoot.SettlementTransaction.TransactionHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.TransactionHash(childComplexity), true
+
 	case "Subscription.voucherUpdated":
 		if e.ComplexityRoot.Subscription.VoucherUpdated == nil {
 			break
@@ -1466,6 +1577,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Voucher.SessionID(childComplexity), true
+	case "Voucher.settlement":
+		if e.ComplexityRoot.Voucher.Settlement == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Voucher.Settlement(childComplexity), true
 	case "Voucher.status":
 		if e.ComplexityRoot.Voucher.Status == nil {
 			break
@@ -2587,6 +2704,7 @@ type Voucher implements Node {
   receipts: [Receipt!]
   discardReason: String
   expiresAt: Time!
+  settlement: Settlement
 }
 """
 A connection to a list of items.
@@ -3256,6 +3374,52 @@ type Receipt {
   amount: Decimal
 }
 
+"""
+What the chain showed about a resolved voucher's payment (docs/settlement.md).
+It moves with the chain; it never changes the voucher's status.
+"""
+type Settlement {
+  "PENDING, CONFIRMED, UNDERPAID, OVERPAID or FAILED"
+  status: SettlementStatus!
+  "false on a network without an RPC endpoint (development only): the receipts were trusted"
+  verified: Boolean!
+  requiredConfirmations: Int!
+  "the fewest confirmations among the paying transactions"
+  confirmations: Int!
+  "the sum paid in the due currency (absent for CUSTOM and before a paying transaction is mined)"
+  paidAmount: Decimal
+  currency: String
+  transactions: [SettlementTransaction!]!
+}
+
+enum SettlementStatus {
+  PENDING
+  CONFIRMED
+  UNDERPAID
+  OVERPAID
+  FAILED
+}
+
+"One receipt's transaction as the chain shows it."
+type SettlementTransaction {
+  transactionHash: String!
+  "PENDING, MINED, CONFIRMED or INVALID"
+  status: SettlementTransactionStatus!
+  "why an INVALID transaction does not pay"
+  reason: String
+  blockNumber: Int
+  confirmations: Int!
+  "what this transaction paid of the due currency"
+  amount: Decimal
+}
+
+enum SettlementTransactionStatus {
+  PENDING
+  MINED
+  CONFIRMED
+  INVALID
+}
+
 "Who the caller is."
 type Viewer {
   "user, device or resource"
@@ -3767,6 +3931,44 @@ func (ec *executionContext) childFields_Receipt(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Receipt", field.Name)
 }
 
+func (ec *executionContext) childFields_Settlement(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "status":
+		return ec.fieldContext_Settlement_status(ctx, field)
+	case "verified":
+		return ec.fieldContext_Settlement_verified(ctx, field)
+	case "requiredConfirmations":
+		return ec.fieldContext_Settlement_requiredConfirmations(ctx, field)
+	case "confirmations":
+		return ec.fieldContext_Settlement_confirmations(ctx, field)
+	case "paidAmount":
+		return ec.fieldContext_Settlement_paidAmount(ctx, field)
+	case "currency":
+		return ec.fieldContext_Settlement_currency(ctx, field)
+	case "transactions":
+		return ec.fieldContext_Settlement_transactions(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Settlement", field.Name)
+}
+
+func (ec *executionContext) childFields_SettlementTransaction(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "transactionHash":
+		return ec.fieldContext_SettlementTransaction_transactionHash(ctx, field)
+	case "status":
+		return ec.fieldContext_SettlementTransaction_status(ctx, field)
+	case "reason":
+		return ec.fieldContext_SettlementTransaction_reason(ctx, field)
+	case "blockNumber":
+		return ec.fieldContext_SettlementTransaction_blockNumber(ctx, field)
+	case "confirmations":
+		return ec.fieldContext_SettlementTransaction_confirmations(ctx, field)
+	case "amount":
+		return ec.fieldContext_SettlementTransaction_amount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type SettlementTransaction", field.Name)
+}
+
 func (ec *executionContext) childFields_TransactionInput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "from":
@@ -3835,6 +4037,8 @@ func (ec *executionContext) childFields_Voucher(ctx context.Context, field graph
 		return ec.fieldContext_Voucher_discardReason(ctx, field)
 	case "expiresAt":
 		return ec.fieldContext_Voucher_expiresAt(ctx, field)
+	case "settlement":
+		return ec.fieldContext_Voucher_settlement(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Voucher", field.Name)
 }
@@ -8441,6 +8645,314 @@ func (ec *executionContext) fieldContext_Receipt_amount(_ context.Context, field
 	return graphql.NewScalarFieldContext("Receipt", field, true, true, errors.New("field of type Decimal does not have child fields"))
 }
 
+func (ec *executionContext) _Settlement_status(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNSettlementStatus2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type SettlementStatus does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_verified(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_verified(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Verified, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_verified(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_requiredConfirmations(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_requiredConfirmations(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RequiredConfirmations, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_requiredConfirmations(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_confirmations(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_confirmations(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Confirmations, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_confirmations(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_paidAmount(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_paidAmount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Settlement().PaidAmount(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_paidAmount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, true, true, errors.New("field of type Decimal does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_currency(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_currency(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Settlement().Currency(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_currency(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Settlement", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Settlement_transactions(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Settlement_transactions(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Transactions, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []payment.SettlementTransaction) graphql.Marshaler {
+			return ec.marshalNSettlementTransaction2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlementTransactionᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Settlement_transactions(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Settlement",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_SettlementTransaction(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _SettlementTransaction_transactionHash(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_transactionHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TransactionHash, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_transactionHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_status(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNSettlementTransactionStatus2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type SettlementTransactionStatus does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_reason(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_reason(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SettlementTransaction().Reason(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, true, true, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_blockNumber(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_blockNumber(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BlockNumber, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *int64) graphql.Marshaler {
+			return ec.marshalOInt2ᚖint64(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_blockNumber(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_confirmations(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_confirmations(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Confirmations, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_confirmations(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_amount(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_amount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.SettlementTransaction().Amount(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, true, true, errors.New("field of type Decimal does not have child fields"))
+}
+
 func (ec *executionContext) _Subscription_voucherUpdated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -9241,6 +9753,38 @@ func (ec *executionContext) _Voucher_expiresAt(ctx context.Context, field graphq
 }
 func (ec *executionContext) fieldContext_Voucher_expiresAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Voucher", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Voucher_settlement(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Voucher_settlement(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Settlement, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *payment.Settlement) graphql.Marshaler {
+			return ec.marshalOSettlement2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlement(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Voucher_settlement(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Voucher",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Settlement(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _VoucherConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherConnection) (ret graphql.Marshaler) {
@@ -17098,6 +17642,248 @@ func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, 
 	return out
 }
 
+var settlementImplementors = []string{"Settlement"}
+
+func (ec *executionContext) _Settlement(ctx context.Context, sel ast.SelectionSet, obj *payment.Settlement) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, settlementImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Settlement")
+		case "status":
+			out.Values[i] = ec._Settlement_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "verified":
+			out.Values[i] = ec._Settlement_verified(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "requiredConfirmations":
+			out.Values[i] = ec._Settlement_requiredConfirmations(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "confirmations":
+			out.Values[i] = ec._Settlement_confirmations(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "paidAmount":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Settlement_paidAmount(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "currency":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Settlement_currency(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "transactions":
+			out.Values[i] = ec._Settlement_transactions(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var settlementTransactionImplementors = []string{"SettlementTransaction"}
+
+func (ec *executionContext) _SettlementTransaction(ctx context.Context, sel ast.SelectionSet, obj *payment.SettlementTransaction) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, settlementTransactionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("SettlementTransaction")
+		case "transactionHash":
+			out.Values[i] = ec._SettlementTransaction_transactionHash(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "status":
+			out.Values[i] = ec._SettlementTransaction_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "reason":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SettlementTransaction_reason(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "blockNumber":
+			out.Values[i] = ec._SettlementTransaction_blockNumber(ctx, field, obj)
+		case "confirmations":
+			out.Values[i] = ec._SettlementTransaction_confirmations(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				atomic.AddUint32(&out.Invalids, 1)
+			}
+		case "amount":
+			field := field
+
+			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._SettlementTransaction_amount(ctx, field, obj)
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var subscriptionImplementors = []string{"Subscription"}
 
 func (ec *executionContext) _Subscription(ctx context.Context, sel ast.SelectionSet) func(ctx context.Context) graphql.Marshaler {
@@ -17381,6 +18167,8 @@ func (ec *executionContext) _Voucher(ctx context.Context, sel ast.SelectionSet, 
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
 			}
+		case "settlement":
+			out.Values[i] = ec._Voucher_settlement(ctx, field, obj)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -18982,6 +19770,58 @@ func (ec *executionContext) unmarshalNResolveVoucherInput2githubᚗcomᚋvoucher
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNSettlementStatus2string(ctx context.Context, v any) (string, error) {
+	res, err := graphql.UnmarshalString(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNSettlementStatus2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
+func (ec *executionContext) marshalNSettlementTransaction2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlementTransaction(ctx context.Context, sel ast.SelectionSet, v payment.SettlementTransaction) graphql.Marshaler {
+	return ec._SettlementTransaction(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNSettlementTransaction2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlementTransactionᚄ(ctx context.Context, sel ast.SelectionSet, v []payment.SettlementTransaction) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNSettlementTransaction2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlementTransaction(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNSettlementTransactionStatus2string(ctx context.Context, v any) (string, error) {
+	res, err := graphql.UnmarshalString(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNSettlementTransactionStatus2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) unmarshalNSignInDataInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐData(ctx context.Context, v any) (*identity.Data, error) {
 	res, err := ec.unmarshalInputSignInDataInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
@@ -20045,6 +20885,24 @@ func (ec *executionContext) marshalOInt2ᚖint(ctx context.Context, sel ast.Sele
 	return res
 }
 
+func (ec *executionContext) unmarshalOInt2ᚖint64(ctx context.Context, v any) (*int64, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := graphql.UnmarshalInt64(v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOInt2ᚖint64(ctx context.Context, sel ast.SelectionSet, v *int64) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	_ = sel
+	_ = ctx
+	res := graphql.MarshalInt64(*v)
+	return res
+}
+
 func (ec *executionContext) unmarshalOJSON2encodingᚋjsonᚐRawMessage(ctx context.Context, v any) (json.RawMessage, error) {
 	if v == nil {
 		return nil, nil
@@ -20175,6 +21033,13 @@ func (ec *executionContext) marshalOReceipt2ᚕgithubᚗcomᚋvoucherdᚋvoucher
 	}
 
 	return ret
+}
+
+func (ec *executionContext) marshalOSettlement2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSettlement(ctx context.Context, sel ast.SelectionSet, v *payment.Settlement) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Settlement(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOString2string(ctx context.Context, v any) (string, error) {

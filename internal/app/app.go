@@ -32,6 +32,7 @@ import (
 	"github.com/voucherd/voucherd/internal/ratelimit"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/session"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -72,6 +73,11 @@ type App struct {
 	// voucher lifecycle.
 	Finance  *finance.Service
 	Vouchers *voucher.Service
+	// Settlement keeps resolved vouchers' settlement; its watcher (run by
+	// Start) follows the verified networks' chains.
+	Settlement *settlement.Service
+	// chains are the verified networks (WithSettlementNetworks).
+	chains []settlement.Network
 
 	handler http.Handler
 	wg      sync.WaitGroup
@@ -81,13 +87,26 @@ type App struct {
 // Clock is the time source; tests replace it.
 type Clock func() time.Time
 
+// Option adjusts how New assembles the App.
+type Option func(*App)
+
+// WithSettlementNetworks makes networks verified: their receipts are
+// checked on their chains (each network's Chain already dialled and its
+// chain id checked).
+func WithSettlementNetworks(networks ...settlement.Network) Option {
+	return func(a *App) { a.chains = append(a.chains, networks...) }
+}
+
 // New opens storage, migrates it and builds every service.
-func New(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
+func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
 	db, err := storage.Open(ctx, cfg.DatabaseURL, storage.Options{MaxOpenConns: cfg.DBMaxConns, Unprepared: !cfg.DBPrepare})
 	if err != nil {
 		return nil, err
 	}
 	a := &App{Config: cfg, Log: log, DB: db}
+	for _, o := range opts {
+		o(a)
+	}
 	if err := a.build(ctx); err != nil {
 		db.Close()
 		return nil, err
@@ -272,6 +291,11 @@ func (a *App) Start(ctx context.Context) {
 	a.wg.Add(1)
 	go func() {
 		defer a.wg.Done()
+		a.Settlement.Run(ctx)
+	}()
+	a.wg.Add(1)
+	go func() {
+		defer a.wg.Done()
 		// Returns once ctx ends and the attempts in flight are recorded.
 		a.Dispatcher.Run(ctx)
 	}()
@@ -326,9 +350,15 @@ func (a *App) buildVouchers() error {
 		return err
 	}
 	a.Finance = fin
+	a.Settlement, err = settlement.NewService(a.DB, fin.Registry(), settlement.Options{
+		Networks: a.chains, Window: cfg.SettlementWindow, Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
+	})
+	if err != nil {
+		return err
+	}
 	a.Vouchers, err = voucher.NewService(a.DB, voucher.Options{
 		Finance: fin, Sessions: a.Sessions, TTL: cfg.VoucherTTL,
-		Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
+		Events: a.Outbox, Publisher: a.publisher(), Settlement: a.Settlement, Log: a.Log,
 	})
 	return err
 }

@@ -54,6 +54,9 @@ type Config struct {
 	LogLevel        string
 	ShutdownTimeout time.Duration
 	SweepInterval   time.Duration
+	// SettlementWindow is how long a verified settlement may wait for a
+	// confirmed payment before it FAILED.
+	SettlementWindow time.Duration
 	// PprofAddr, when set, serves net/http/pprof on its own listener (never
 	// on the API address), for profiling under load.
 	PprofAddr string
@@ -89,6 +92,7 @@ var Vars = []Var{
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"VOUCHER_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long a graceful shutdown may take"},
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
+	{"VOUCHER_SETTLEMENT_WINDOW", "settlement-window", "1h", "how long after resolve a payment on a verified network may take to confirm; a settlement with nothing confirmed by then is FAILED"},
 	{"VOUCHER_PPROF_ADDR", "pprof-addr", "", "serve net/http/pprof on this separate host:port (profiling; empty = off, keep it on loopback)"},
 }
 
@@ -146,6 +150,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		LogLevel:             strings.ToLower(get("VOUCHER_LOG_LEVEL")),
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
 		SweepInterval:        dur("VOUCHER_SWEEP_INTERVAL"),
+		SettlementWindow:     dur("VOUCHER_SETTLEMENT_WINDOW"),
 		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_DB_PREPARE")); err != nil {

@@ -2,8 +2,10 @@ package voucher
 
 import (
 	"context"
+	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/payment"
 )
 
 // EventSink receives every voucher change inside the transaction that makes
@@ -21,4 +23,22 @@ type NoEvents struct{}
 // VoucherChanged does nothing.
 func (NoEvents) VoucherChanged(context.Context, *ent.Tx, *ent.Voucher, *ent.Voucher) error {
 	return nil
+}
+
+// Settler opens the settlement of a voucher being resolved
+// (internal/settlement). Resolve stays one conditional statement: the
+// settlement is a column it writes, and its claims are rows written in the
+// same transaction.
+type Settler interface {
+	// Open is the settlement receipts rs start on v, or a validation error
+	// for a receipt that can be judged at once (a malformed hash).
+	Open(v *ent.Voucher, rs []payment.Receipt, now time.Time) (*payment.Settlement, error)
+	// Claim records in tx that v (as resolved) claims its transactions; a
+	// transaction another voucher claimed is a validation error.
+	Claim(ctx context.Context, tx *ent.Tx, v *ent.Voucher, rs []payment.Receipt) error
+	// Verifies reports whether v's payment is checked on chain (its
+	// resolve then claims transactions, in a transaction).
+	Verifies(v *ent.Voucher) bool
+	// Resolved is told after commit, so the watcher looks at v soon.
+	Resolved(v *ent.Voucher)
 }

@@ -30,6 +30,7 @@ var columns = []string{
 	entvoucher.FieldExpectedPayment, entvoucher.FieldSuppliedPayment, entvoucher.FieldExchangeRate,
 	entvoucher.FieldNetworks, entvoucher.FieldPayments, entvoucher.FieldExtras, entvoucher.FieldPayeeInfo,
 	entvoucher.FieldReceipts, entvoucher.FieldDiscardReason, entvoucher.FieldExpiresAt,
+	entvoucher.FieldSettlement, entvoucher.FieldSettlementNetwork,
 }
 
 var columnList = strings.Join(columns, ", ")
@@ -166,6 +167,8 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		version                             int64
 		expected, supplied, networks        []byte
 		payments, extras, payeeInfo, recpts []byte
+		settlement                          []byte
+		settlementNetwork                   sql.NullString
 	)
 	dest := []any{
 		&v.ID, timeCol{&v.CreatedAt}, timeCol{&v.UpdatedAt}, &v.Code,
@@ -174,6 +177,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		&expected, &supplied, &exchange,
 		&networks, &payments, &extras, &payeeInfo,
 		&recpts, &discardReason, timeCol{&v.ExpiresAt},
+		&settlement, &settlementNetwork,
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
@@ -184,6 +188,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 	v.BusinessID = nullString(businessID)
 	v.ExchangeRate = nullString(exchange)
 	v.DiscardReason = nullString(discardReason)
+	v.SettlementNetwork = nullString(settlementNetwork)
 	if typ.Valid {
 		t := entvoucher.Type(typ.String)
 		v.Type = &t
@@ -193,7 +198,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		dst any
 	}{
 		{expected, &v.ExpectedPayment}, {supplied, &v.SuppliedPayment}, {networks, &v.Networks},
-		{payments, &v.Payments}, {extras, &v.Extras}, {recpts, &v.Receipts},
+		{payments, &v.Payments}, {extras, &v.Extras}, {recpts, &v.Receipts}, {settlement, &v.Settlement},
 	} {
 		if err := unmarshalCol(j.src, j.dst); err != nil {
 			return nil, err
@@ -266,6 +271,10 @@ func jsonArg(dialect string, v any) (any, error) {
 	case nil:
 		return nil, nil
 	case *payment.Payment:
+		if x == nil {
+			return nil, nil
+		}
+	case *payment.Settlement:
 		if x == nil {
 			return nil, nil
 		}

@@ -67,6 +67,11 @@ type transition struct {
 	// fast says sets does not depend on the current row, so the change is
 	// tried first as one statement without reading the row.
 	fast bool
+	// inTx says the change must run in a transaction (with after) even
+	// for a voucher without a business.
+	inTx func(cur *ent.Voucher) bool
+	// after runs in the transaction once the row changed.
+	after func(ctx context.Context, tx *ent.Tx, next *ent.Voucher) error
 	// stable says sets reads only parts of the row that cannot change while
 	// the voucher is in a from state (negotiate reads the expected payment,
 	// fixed from redeem on), so the write needs no version guard: the WHERE
@@ -207,7 +212,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, err
 		}
 		var next *ent.Voucher
-		if cur.BusinessID != nil {
+		if cur.BusinessID != nil || (t.inTx != nil && t.inTx(cur)) {
 			next, err = s.applyInTx(ctx, p, id, t)
 		} else {
 			next, err = s.applyGuarded(ctx, s.db.Prepared, p, id, t, cur, now)
@@ -261,6 +266,14 @@ func (s *Service) applyInTx(ctx context.Context, p *auth.Principal, id string, t
 		next, err = s.applyGuarded(ctx, tx, p, id, t, prev, now)
 		if err != nil || next == nil {
 			return err
+		}
+		if t.after != nil {
+			if err := t.after(ctx, tx, next); err != nil {
+				return err
+			}
+		}
+		if next.BusinessID == nil {
+			return nil
 		}
 		if err := s.events.VoucherChanged(ctx, tx, prev, next); err != nil {
 			return apperr.From(err)
@@ -497,16 +510,22 @@ func (s *Service) Resolve(ctx context.Context, id string, in ResolveInput) (*ent
 		return nil, s.reject(ctx, p, OpResolve, id, err)
 	}
 	dialect := s.db.Dialect
+	var rs []payment.Receipt
 	t := &transition{
 		op:         OpResolve,
 		from:       []entvoucher.Status{entvoucher.StatusREDEEMED},
 		wrongState: needsRedeemed,
 		against: func(v *ent.Voucher) error {
-			_, err := s.receipts(v, in)
+			rs, err := s.receipts(v, in)
+			if err != nil || s.settler == nil {
+				return err
+			}
+			_, err = s.settler.Open(v, rs, s.clock())
 			return err
 		},
 		sets: func(_ context.Context, cur *ent.Voucher, now time.Time) ([]assignment, error) {
-			rs, err := s.receipts(cur, in)
+			var err error
+			rs, err = s.receipts(cur, in)
 			if err != nil {
 				return nil, err
 			}
@@ -514,15 +533,44 @@ func (s *Service) Resolve(ctx context.Context, id string, in ResolveInput) (*ent
 			if err != nil {
 				return nil, err
 			}
-			return []assignment{
+			sets := []assignment{
 				{col: "status", lit: "'" + string(entvoucher.StatusRESOLVED) + "'"},
 				{col: "receipts", val: val},
 				{col: "live_code", lit: "NULL"},
 				{col: "updated_at", val: now},
-			}, nil
+			}
+			if s.settler == nil {
+				return sets, nil
+			}
+			st, err := s.settler.Open(cur, rs, now)
+			if err != nil {
+				return nil, err
+			}
+			sval, err := jsonArg(dialect, st)
+			if err != nil {
+				return nil, err
+			}
+			var network any
+			if st.Verified && !st.Final() {
+				network = st.Network
+			}
+			return append(sets, assignment{col: "settlement", val: sval}, assignment{col: "settlement_network", val: network}), nil
 		},
 	}
-	return s.apply(ctx, p, id, t)
+	if s.settler != nil {
+		// A verified settlement claims its transactions in the resolving
+		// transaction; the claims' unique index is what refuses a
+		// transaction another voucher claimed, even in a race.
+		t.inTx = s.settler.Verifies
+		t.after = func(ctx context.Context, tx *ent.Tx, next *ent.Voucher) error {
+			return s.settler.Claim(ctx, tx, next, rs)
+		}
+	}
+	v, err := s.apply(ctx, p, id, t)
+	if err == nil && s.settler != nil {
+		s.settler.Resolved(v)
+	}
+	return v, err
 }
 
 // receipts holds a resolve body against voucher v: every receipt names v's

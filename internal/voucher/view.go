@@ -28,6 +28,7 @@ type Voucher struct {
 	PayeeInfo       json.RawMessage         `json:"payeeInfo,omitempty"`
 	Receipts        []payment.Receipt       `json:"receipts,omitzero"`
 	DiscardReason   *string                 `json:"discardReason,omitempty"`
+	Settlement      *Settlement             `json:"settlement,omitempty"`
 	ExpiresAt       apitime.Time            `json:"expiresAt"`
 	CreatedAt       apitime.Time            `json:"createdAt"`
 	UpdatedAt       apitime.Time            `json:"updatedAt"`
@@ -63,6 +64,47 @@ func View(v *ent.Voucher) *Voucher {
 	}
 	if len(v.PayeeInfo) > 0 && string(v.PayeeInfo) != "null" {
 		out.PayeeInfo = v.PayeeInfo
+	}
+	out.Settlement = settlementView(v.Settlement)
+	return out
+}
+
+// Settlement is the REST view of a voucher's settlement: the fields
+// DECISIONS.md names, without the watcher's bookkeeping.
+type Settlement struct {
+	Status                string                  `json:"status"`
+	Verified              bool                    `json:"verified"`
+	RequiredConfirmations int                     `json:"requiredConfirmations"`
+	Confirmations         int                     `json:"confirmations"`
+	PaidAmount            string                  `json:"paidAmount,omitempty"`
+	Currency              string                  `json:"currency,omitempty"`
+	Transactions          []SettlementTransaction `json:"transactions"`
+}
+
+// SettlementTransaction is one settlement transaction on REST.
+type SettlementTransaction struct {
+	TransactionHash string `json:"transactionHash"`
+	Status          string `json:"status"`
+	Reason          string `json:"reason,omitempty"`
+	BlockNumber     *int64 `json:"blockNumber,omitempty"`
+	Confirmations   int    `json:"confirmations"`
+	Amount          string `json:"amount,omitempty"`
+}
+
+func settlementView(s *payment.Settlement) *Settlement {
+	if s == nil {
+		return nil
+	}
+	out := &Settlement{
+		Status: s.Status, Verified: s.Verified, RequiredConfirmations: s.RequiredConfirmations,
+		Confirmations: s.Confirmations, PaidAmount: s.PaidAmount, Currency: s.Currency,
+		Transactions: make([]SettlementTransaction, len(s.Transactions)),
+	}
+	for i, t := range s.Transactions {
+		out.Transactions[i] = SettlementTransaction{
+			TransactionHash: t.TransactionHash, Status: t.Status, Reason: t.Reason,
+			BlockNumber: t.BlockNumber, Confirmations: t.Confirmations, Amount: t.Amount,
+		}
 	}
 	return out
 }

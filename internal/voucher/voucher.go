@@ -53,7 +53,9 @@ type Options struct {
 	Publisher pubsub.Publisher
 	// NewCode draws voucher codes (NewCode when nil); tests fix the draws.
 	NewCode func() (string, error)
-	Log     *slog.Logger
+	// Settlement opens a resolved voucher's settlement (none when nil).
+	Settlement Settler
+	Log        *slog.Logger
 }
 
 // Service is the voucher service. It is safe for concurrent use.
@@ -67,6 +69,7 @@ type Service struct {
 	events   EventSink
 	pub      pubsub.Publisher
 	newCode  func() (string, error)
+	settler  Settler
 	log      *slog.Logger
 }
 
@@ -99,7 +102,7 @@ func NewService(db *storage.DB, o Options) (*Service, error) {
 	db.Voucher.Intercept(readModel(o.Now))
 	return &Service{
 		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions,
-		ttl: o.TTL, now: o.Now, events: o.Events, pub: o.Publisher, newCode: o.NewCode, log: o.Log,
+		ttl: o.TTL, now: o.Now, events: o.Events, pub: o.Publisher, newCode: o.NewCode, settler: o.Settlement, log: o.Log,
 	}, nil
 }
 

@@ -1,0 +1,270 @@
+package settlement
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/chain"
+	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/storage"
+)
+
+// pollTimeout bounds one poll, RPC round trips included: a node that hangs
+// costs a failed poll (retried with backoff), not a stuck watcher.
+const pollTimeout = 30 * time.Second
+
+// Run watches every verified network until ctx ends: one goroutine per
+// network (not per voucher), polling at the network's pollInterval, at
+// once after a resolve on it, and with exponential backoff (up to
+// MaxBackoff) after a failed poll.
+func (s *Service) Run(ctx context.Context) {
+	var wg sync.WaitGroup
+	for _, n := range s.networks {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s.watch(ctx, n)
+		}()
+	}
+	wg.Wait()
+}
+
+func (s *Service) watch(ctx context.Context, n *watched) {
+	timer := time.NewTimer(0)
+	defer timer.Stop()
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-timer.C:
+		case <-n.wake:
+			if failures > 0 {
+				// Backing off: a resolve does not cut the wait short.
+				continue
+			}
+			timer.Stop()
+		}
+		delay := n.PollInterval
+		if err := s.Poll(ctx, n.Name); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			failures++
+			delay = backoff(n.PollInterval, failures, s.maxBackoff)
+			// The error names the network and the call, never the RPC URL
+			// (it may carry a provider's key).
+			s.log.WarnContext(ctx, "settlement poll failed; retrying", "network", n.Name, "retryIn", delay.String(), "err", err.Error())
+		} else {
+			failures = 0
+		}
+		timer.Reset(delay)
+	}
+}
+
+// backoff doubles the wait with each consecutive failure, up to limit.
+func backoff(interval time.Duration, failures int, limit time.Duration) time.Duration {
+	d := interval
+	for i := 0; i < failures && d < limit; i++ {
+		d *= 2
+	}
+	return min(d, limit)
+}
+
+// lockKey is the advisory lock that keeps one network's poll to one
+// replica at a time on PostgreSQL (the conditional update already makes a
+// second one harmless; the lock spares the node the repeated calls).
+func lockKey(network string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("settlement:" + network))
+	return int64(h.Sum64() & 0x7fffffffffffffff)
+}
+
+// Poll looks once at what network's chain shows for every settlement
+// pending on it, and records each change. Its RPC cost is at most three
+// round trips (the head, the block hashes of the heights holding mined
+// payments, the transactions not yet mined or whose block changed), each a
+// batch sized by distinct blocks and unmined transactions, not by vouchers.
+// An RPC failure records nothing (the next poll starts over), so no event
+// is lost or doubled.
+func (s *Service) Poll(ctx context.Context, network string) error {
+	n := s.networks[network]
+	if n == nil {
+		return fmt.Errorf("settlement: %s is not a verified network", network)
+	}
+	ctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	return s.db.WithTryLock(ctx, lockKey(network), func(ctx context.Context) error {
+		return s.poll(ctx, n)
+	})
+}
+
+func (s *Service) poll(ctx context.Context, n *watched) error {
+	vs, err := s.db.Voucher.Query().
+		Where(entvoucher.SettlementNetwork(n.Name), entvoucher.StatusEQ(entvoucher.StatusRESOLVED)).
+		All(ctx)
+	if err != nil || len(vs) == 0 {
+		return err
+	}
+	head, err := n.Chain.Head(ctx)
+	if err != nil {
+		return fmt.Errorf("settlement: %s: head: %w", n.Name, err)
+	}
+	solana := n.typ == chain.TypeSolana
+	var heights []uint64
+	seenHeight := map[uint64]bool{}
+	var lookups []string
+	seenHash := map[string]bool{}
+	lookup := func(h string) {
+		if !seenHash[h] {
+			seenHash[h] = true
+			lookups = append(lookups, h)
+		}
+	}
+	for _, v := range vs {
+		if v.Settlement == nil {
+			continue
+		}
+		for _, t := range v.Settlement.Transactions {
+			switch {
+			case t.Status == payment.TxPending:
+				lookup(t.TransactionHash)
+			case t.Status == payment.TxInvalid || t.BlockNumber == nil:
+			case solana:
+				// Finalized is final; anything else is asked again.
+				if t.Status == payment.TxMined {
+					lookup(t.TransactionHash)
+				}
+			default:
+				if h := uint64(*t.BlockNumber); !seenHeight[h] {
+					seenHeight[h] = true
+					heights = append(heights, h)
+				}
+			}
+		}
+	}
+	if len(heights) > 0 {
+		blocks, err := n.Chain.BlockHashes(ctx, heights)
+		if err != nil {
+			return fmt.Errorf("settlement: %s: block hashes: %w", n.Name, err)
+		}
+		// A mined payment whose block is no longer canonical (another hash
+		// at its height, or no block there) is looked up again: it may be
+		// gone (back to PENDING) or mined elsewhere.
+		for _, v := range vs {
+			if v.Settlement == nil {
+				continue
+			}
+			for _, t := range v.Settlement.Transactions {
+				if (t.Status == payment.TxMined || t.Status == payment.TxConfirmed) && t.BlockNumber != nil &&
+					blocks[uint64(*t.BlockNumber)] != t.BlockHash {
+					lookup(t.TransactionHash)
+				}
+			}
+		}
+	}
+	obs := &observation{head: head, txs: make(map[string]Tx, len(lookups))}
+	if len(lookups) > 0 {
+		txs, err := n.Chain.Transactions(ctx, lookups)
+		if err != nil {
+			return fmt.Errorf("settlement: %s: transactions: %w", n.Name, err)
+		}
+		if len(txs) != len(lookups) {
+			return fmt.Errorf("settlement: %s: asked for %d transactions, got %d", n.Name, len(lookups), len(txs))
+		}
+		for i, h := range lookups {
+			obs.txs[h] = txs[i]
+		}
+	}
+	now := s.now()
+	var errs []error
+	for _, v := range vs {
+		if v.Settlement == nil || !v.Settlement.Verified || v.Settlement.Final() {
+			continue
+		}
+		d, err := dueOf(s.reg, v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		next, events := judge(d, n.typ, v, v.Settlement, obs, now)
+		if next == v.Settlement {
+			continue
+		}
+		if err := s.commit(ctx, v, next, events, now); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// updateStatement is a settlement change: one conditional UPDATE, guarded
+// by the version the watcher judged (and by RESOLVED: settlement never
+// changes a voucher's status, nor touches one that is not resolved).
+const updateStatement = "UPDATE vouchers SET settlement = ?, settlement_network = ?, updated_at = ?, version = version + 1" +
+	" WHERE id = ? AND version = ? AND status = 'RESOLVED'"
+
+// jsonArg is a JSON column's parameter: text on PostgreSQL (lib/pq sends
+// []byte in binary form, which jsonb would read as its binary format),
+// bytes on SQLite.
+func jsonArg(dialect string, b []byte) any {
+	if dialect == storage.Postgres {
+		return string(b)
+	}
+	return b
+}
+
+// errMoved says the voucher changed since it was read (another replica
+// recorded this change first).
+var errMoved = errors.New("settlement: voucher moved")
+
+// commit records one settlement change: one conditional UPDATE of the
+// voucher (guarded by the version read, so of two replicas judging the
+// same poll exactly one writes) and the events it causes, in one
+// transaction; then the change is published to voucherUpdated.
+func (s *Service) commit(ctx context.Context, v *ent.Voucher, next *payment.Settlement, events []string, now time.Time) error {
+	nv := *v
+	nv.Settlement, nv.Version, nv.UpdatedAt = next, v.Version+1, now
+	if next.Final() {
+		nv.SettlementNetwork = nil
+	}
+	val, err := json.Marshal(next)
+	if err != nil {
+		return fmt.Errorf("settlement: encode: %w", err)
+	}
+	var network any
+	if !next.Final() {
+		network = *v.SettlementNetwork
+	}
+	err = s.db.Tx(ctx, func(tx *ent.Tx) error {
+		res, err := tx.ExecContext(ctx, s.updateText, jsonArg(s.db.Dialect, val), network, now, v.ID, v.Version)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 0 {
+			return errMoved
+		}
+		if s.events != nil && len(events) > 0 {
+			return s.events.SettlementChanged(ctx, tx, &nv, events)
+		}
+		return nil
+	})
+	if errors.Is(err, errMoved) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("settlement: record %s: %w", v.ID, err)
+	}
+	s.pub.Publish(pubsub.ChangeOf(&nv).WithState(&nv))
+	return nil
+}
