@@ -365,7 +365,9 @@ const voucherFields = `fragment V on Voucher { id code status type version sessi
 	expectedPayment { id network currency currencyAddress amount wallet { address } }
 	suppliedPayment { id network currency currencyAddress amount wallet { address } }
 	exchangeRate networks { network type chainId } payments { id type input { from to value data } }
-	extras payeeInfo receipts { paymentId transactionHash amount } discardReason expiresAt createdAt updatedAt }`
+	extras payeeInfo receipts { paymentId transactionHash amount } discardReason expiresAt createdAt updatedAt
+	settlement { status verified requiredConfirmations confirmations paidAmount currency
+		transactions { transactionHash status reason blockNumber confirmations amount } } }`
 
 // call runs a document and returns the field's value; a null single-object
 // read is not_found, as on REST.

@@ -330,6 +330,12 @@ func testSimpleVoucher(t *testing.T, h *vHarness) {
 	if polled["status"] != "RESOLVED" || len(rec) != 1 || str(rec[0].(map[string]any), "transactionHash") != "0xabc" {
 		t.Fatalf("polled %v", polled)
 	}
+	// ethereum has no chain in this configuration (development): the
+	// receipts are trusted and the settlement says so.
+	if st, _ := polled["settlement"].(map[string]any); st == nil || st["verified"] != false || st["status"] != "CONFIRMED" ||
+		st["paidAmount"] != "12.5" || st["currency"] != "USDC" {
+		t.Fatalf("settlement %v", polled["settlement"])
+	}
 	h.rejects("resolve twice", id, func() *testserver.Response { return h.post(vPath(id, "resolve-voucher"), payer.Token, receipts) }, 400, "already_resolved")
 	h.rejects("negotiate resolved", id, func() *testserver.Response { return h.post(vPath(id, "negotiate-voucher"), payer.Token, eth) }, 400, "already_resolved")
 	h.rejects("discard resolved", id, func() *testserver.Response { return h.post(vPath(id, "discard-voucher"), payer.Token, nil) }, 400, "already_resolved")

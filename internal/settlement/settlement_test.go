@@ -653,3 +653,48 @@ func TestUnverifiedNetworkTrustsReceipts(t *testing.T) {
 }
 
 func ptr(s string) *string { return &s }
+
+// Two replicas on one PostgreSQL watch one network: polling at the same
+// time, every event is written once.
+func TestTwoReplicasEachEventOnce(t *testing.T) {
+	db, url := testdb.OpenURL(t, storage.Postgres)
+	chain := newFakeChain()
+	e := newEnv(t, db, chain)
+	db2, err := storage.Open(context.Background(), url, storage.Options{MaxOpenConns: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	other, err := settlement.NewService(db2, e.fin.Registry(), settlement.Options{
+		Networks: []settlement.Network{{Name: "ethereum", Chain: chain, Confirmations: required}},
+		Events:   webhook.NewOutbox(db2, webhook.OutboxOptions{}), Now: e.clock.Now,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ds []deal
+	for i := 0; i < 8; i++ {
+		d := e.redeemed(tokenBody("ethereum", "USDC", usdcChecked, "2"))
+		h := newHash()
+		e.mustResolve(d, h)
+		chain.mine(tokenTx(h, credit(usdc, payee, units("2", 6))))
+		ds = append(ds, d)
+	}
+	for round := 0; round < required+2; round++ {
+		var wg sync.WaitGroup
+		for _, s := range []*settlement.Service{e.settle, other, e.settle, other} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				if err := s.Poll(context.Background(), "ethereum"); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+		wg.Wait()
+		chain.advance(1)
+	}
+	for _, d := range ds {
+		e.want(d, payment.SettlementConfirmed, "2", webhook.DepositPending, webhook.DepositConfirmed)
+	}
+}
