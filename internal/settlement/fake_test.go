@@ -2,6 +2,7 @@ package settlement_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/big"
@@ -151,3 +152,5 @@ func units(n string, decimals int) *big.Int {
 	}
 	return r.Num()
 }
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }

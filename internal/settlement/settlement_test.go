@@ -133,7 +133,7 @@ func newEnv(t *testing.T, db *storage.DB, chain *fakeChain) *env {
 		t.Fatal(err)
 	}
 	if _, err := db.BusinessUser.Create().SetBusinessID(e.biz.ID).SetUserID(u.ID).
-		SetRole(businessuser.RoleMEMBER).SetStatus(businessuser.StatusACTIVE).Save(ctx); err != nil {
+		SetRole(businessuser.RoleOWNER).SetStatus(businessuser.StatusACTIVE).Save(ctx); err != nil {
 		t.Fatal(err)
 	}
 	return e
