@@ -14,12 +14,12 @@ import (
 	"github.com/99designs/gqlgen/graphql/handler/extension"
 	"github.com/99designs/gqlgen/graphql/handler/lru"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-	"github.com/99designs/gqlgen/graphql/playground"
 	"github.com/gorilla/websocket"
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/graph/generated"
+	"github.com/voucherd/voucherd/graph/graphiql"
 	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
@@ -159,7 +159,9 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/graphql", lim.middleware(limitBody(srv)))
 	if opts.Development {
-		mux.Handle("GET /graphiql", playground.Handler("voucherd GraphiQL", "/graphql"))
+		gi := graphiql.Handler()
+		mux.Handle("GET /graphiql", gi)
+		mux.Handle("GET /graphiql/assets/", gi)
 		sdl := PrintSchema()
 		mux.HandleFunc("GET /graphql/schema.graphql", func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/plain; charset=utf-8")

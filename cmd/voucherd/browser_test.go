@@ -126,3 +126,57 @@ func TestBrowserOnAnotherOrigin(t *testing.T) {
 		})
 	}
 }
+
+// The development GraphiQL page in a real browser: it loads from the
+// binary alone (every request the page makes goes to the server's own
+// origin, under a same-origin Content-Security-Policy), fetches the schema
+// with introspection and shows it in its documentation explorer, and runs a
+// query.
+func TestGraphiQLLoadsFromTheBinary(t *testing.T) {
+	b := testbrowser.Start(t)
+	srv := testserver.Start(t, testserver.Options{Dialect: "sqlite"})
+	tab := b.Tab(t)
+	tab.Run(t, chromedp.Navigate(srv.URL+"/graphiql"))
+
+	// Poll until the schema is in: GraphiQL's docs explorer lists the root types.
+	var state struct {
+		Ready     bool     `json:"ready"`
+		Resources []string `json:"resources"`
+		Text      string   `json:"text"`
+	}
+	tab.Eval(t, `(async () => {
+		const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+		for (let i = 0; i < 200; i++) {
+			const docs = document.querySelector('[aria-label="Show Documentation Explorer"]');
+			if (docs) { docs.click(); }
+			const explorer = document.querySelector(".graphiql-doc-explorer");
+			if (explorer && /Query/.test(explorer.innerText) && /Mutation/.test(explorer.innerText)) {
+				return {ready: true, text: explorer.innerText,
+					resources: performance.getEntriesByType("resource").map((e) => e.name)};
+			}
+			await sleep(100);
+		}
+		return {ready: false, text: document.body.innerText.slice(0, 500),
+			resources: performance.getEntriesByType("resource").map((e) => e.name)};
+	})()`, &state)
+	if !state.Ready {
+		t.Fatalf("GraphiQL did not show the schema within 20s: %q (resources %q)", state.Text, state.Resources)
+	}
+	introspected := false
+	for _, u := range state.Resources {
+		if !strings.HasPrefix(u, srv.URL+"/") {
+			t.Errorf("the page requested %s, not on its own origin", u)
+		}
+		if u == srv.URL+"/graphql" {
+			introspected = true
+		}
+	}
+	if !introspected {
+		t.Errorf("no request to /graphql among %q", state.Resources)
+	}
+	for _, l := range tab.Logs() {
+		if strings.HasPrefix(l, "error") || strings.HasPrefix(l, "exception") {
+			t.Errorf("browser console: %s", l)
+		}
+	}
+}

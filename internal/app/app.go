@@ -191,6 +191,7 @@ func (a *App) build(ctx context.Context) error {
 	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {
 		mux.Handle("GET /graphiql", a.graphql)
+		mux.Handle("GET /graphiql/assets/", a.graphql)
 		mux.Handle("GET /graphql/schema.graphql", a.graphql)
 	}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
