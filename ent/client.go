@@ -20,6 +20,7 @@ import (
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
+	"github.com/voucherd/voucherd/ent/idempotencykey"
 	"github.com/voucherd/voucherd/ent/interopsubmission"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
@@ -48,6 +49,8 @@ type Client struct {
 	Device *DeviceClient
 	// Event is the client for interacting with the Event builders.
 	Event *EventClient
+	// IdempotencyKey is the client for interacting with the IdempotencyKey builders.
+	IdempotencyKey *IdempotencyKeyClient
 	// InteropSubmission is the client for interacting with the InteropSubmission builders.
 	InteropSubmission *InteropSubmissionClient
 	// RateLimitBucket is the client for interacting with the RateLimitBucket builders.
@@ -82,6 +85,7 @@ func (c *Client) init() {
 	c.DeliveryAttempt = NewDeliveryAttemptClient(c.config)
 	c.Device = NewDeviceClient(c.config)
 	c.Event = NewEventClient(c.config)
+	c.IdempotencyKey = NewIdempotencyKeyClient(c.config)
 	c.InteropSubmission = NewInteropSubmissionClient(c.config)
 	c.RateLimitBucket = NewRateLimitBucketClient(c.config)
 	c.Setting = NewSettingClient(c.config)
@@ -188,6 +192,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		DeliveryAttempt:   NewDeliveryAttemptClient(cfg),
 		Device:            NewDeviceClient(cfg),
 		Event:             NewEventClient(cfg),
+		IdempotencyKey:    NewIdempotencyKeyClient(cfg),
 		InteropSubmission: NewInteropSubmissionClient(cfg),
 		RateLimitBucket:   NewRateLimitBucketClient(cfg),
 		Setting:           NewSettingClient(cfg),
@@ -221,6 +226,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		DeliveryAttempt:   NewDeliveryAttemptClient(cfg),
 		Device:            NewDeviceClient(cfg),
 		Event:             NewEventClient(cfg),
+		IdempotencyKey:    NewIdempotencyKeyClient(cfg),
 		InteropSubmission: NewInteropSubmissionClient(cfg),
 		RateLimitBucket:   NewRateLimitBucketClient(cfg),
 		Setting:           NewSettingClient(cfg),
@@ -260,8 +266,9 @@ func (c *Client) Close() error {
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.SettlementClaim, c.User,
-		c.Voucher, c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
+		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
+		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
+		c.WebhookEndpoint,
 	} {
 		n.Use(hooks...)
 	}
@@ -272,8 +279,9 @@ func (c *Client) Use(hooks ...Hook) {
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.InteropSubmission, c.RateLimitBucket, c.Setting, c.SettlementClaim, c.User,
-		c.Voucher, c.VoucherSession, c.WebhookDelivery, c.WebhookEndpoint,
+		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
+		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
+		c.WebhookEndpoint,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -292,6 +300,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.Device.mutate(ctx, m)
 	case *EventMutation:
 		return c.Event.mutate(ctx, m)
+	case *IdempotencyKeyMutation:
+		return c.IdempotencyKey.mutate(ctx, m)
 	case *InteropSubmissionMutation:
 		return c.InteropSubmission.mutate(ctx, m)
 	case *RateLimitBucketMutation:
@@ -1089,6 +1099,139 @@ func (c *EventClient) mutate(ctx context.Context, m *EventMutation) (Value, erro
 		return (&EventDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown Event mutation op: %q", m.Op())
+	}
+}
+
+// IdempotencyKeyClient is a client for the IdempotencyKey schema.
+type IdempotencyKeyClient struct {
+	config
+}
+
+// NewIdempotencyKeyClient returns a client for the IdempotencyKey from the given config.
+func NewIdempotencyKeyClient(c config) *IdempotencyKeyClient {
+	return &IdempotencyKeyClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `idempotencykey.Hooks(f(g(h())))`.
+func (c *IdempotencyKeyClient) Use(hooks ...Hook) {
+	c.hooks.IdempotencyKey = append(c.hooks.IdempotencyKey, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `idempotencykey.Intercept(f(g(h())))`.
+func (c *IdempotencyKeyClient) Intercept(interceptors ...Interceptor) {
+	c.inters.IdempotencyKey = append(c.inters.IdempotencyKey, interceptors...)
+}
+
+// Create returns a builder for creating a IdempotencyKey entity.
+func (c *IdempotencyKeyClient) Create() *IdempotencyKeyCreate {
+	mutation := newIdempotencyKeyMutation(c.config, OpCreate)
+	return &IdempotencyKeyCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of IdempotencyKey entities.
+func (c *IdempotencyKeyClient) CreateBulk(builders ...*IdempotencyKeyCreate) *IdempotencyKeyCreateBulk {
+	return &IdempotencyKeyCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *IdempotencyKeyClient) MapCreateBulk(slice any, setFunc func(*IdempotencyKeyCreate, int)) *IdempotencyKeyCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &IdempotencyKeyCreateBulk{err: fmt.Errorf("calling to IdempotencyKeyClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*IdempotencyKeyCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &IdempotencyKeyCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for IdempotencyKey.
+func (c *IdempotencyKeyClient) Update() *IdempotencyKeyUpdate {
+	mutation := newIdempotencyKeyMutation(c.config, OpUpdate)
+	return &IdempotencyKeyUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *IdempotencyKeyClient) UpdateOne(_m *IdempotencyKey) *IdempotencyKeyUpdateOne {
+	mutation := newIdempotencyKeyMutation(c.config, OpUpdateOne, withIdempotencyKey(_m))
+	return &IdempotencyKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *IdempotencyKeyClient) UpdateOneID(id string) *IdempotencyKeyUpdateOne {
+	mutation := newIdempotencyKeyMutation(c.config, OpUpdateOne, withIdempotencyKeyID(id))
+	return &IdempotencyKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for IdempotencyKey.
+func (c *IdempotencyKeyClient) Delete() *IdempotencyKeyDelete {
+	mutation := newIdempotencyKeyMutation(c.config, OpDelete)
+	return &IdempotencyKeyDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *IdempotencyKeyClient) DeleteOne(_m *IdempotencyKey) *IdempotencyKeyDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *IdempotencyKeyClient) DeleteOneID(id string) *IdempotencyKeyDeleteOne {
+	builder := c.Delete().Where(idempotencykey.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &IdempotencyKeyDeleteOne{builder}
+}
+
+// Query returns a query builder for IdempotencyKey.
+func (c *IdempotencyKeyClient) Query() *IdempotencyKeyQuery {
+	return &IdempotencyKeyQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeIdempotencyKey},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a IdempotencyKey entity by its id.
+func (c *IdempotencyKeyClient) Get(ctx context.Context, id string) (*IdempotencyKey, error) {
+	return c.Query().Where(idempotencykey.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *IdempotencyKeyClient) GetX(ctx context.Context, id string) *IdempotencyKey {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *IdempotencyKeyClient) Hooks() []Hook {
+	return c.hooks.IdempotencyKey
+}
+
+// Interceptors returns the client interceptors.
+func (c *IdempotencyKeyClient) Interceptors() []Interceptor {
+	return c.inters.IdempotencyKey
+}
+
+func (c *IdempotencyKeyClient) mutate(ctx context.Context, m *IdempotencyKeyMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&IdempotencyKeyCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&IdempotencyKeyUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&IdempotencyKeyUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&IdempotencyKeyDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown IdempotencyKey mutation op: %q", m.Op())
 	}
 }
 
@@ -2436,14 +2579,14 @@ func (c *WebhookEndpointClient) mutate(ctx context.Context, m *WebhookEndpointMu
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		Business, BusinessUser, DeliveryAttempt, Device, Event, InteropSubmission,
-		RateLimitBucket, Setting, SettlementClaim, User, Voucher, VoucherSession,
-		WebhookDelivery, WebhookEndpoint []ent.Hook
+		Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
+		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
+		VoucherSession, WebhookDelivery, WebhookEndpoint []ent.Hook
 	}
 	inters struct {
-		Business, BusinessUser, DeliveryAttempt, Device, Event, InteropSubmission,
-		RateLimitBucket, Setting, SettlementClaim, User, Voucher, VoucherSession,
-		WebhookDelivery, WebhookEndpoint []ent.Interceptor
+		Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
+		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
+		VoucherSession, WebhookDelivery, WebhookEndpoint []ent.Interceptor
 	}
 )
 

@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
+	"github.com/voucherd/voucherd/ent/idempotencykey"
 	"github.com/voucherd/voucherd/ent/interopsubmission"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/setting"
@@ -91,6 +92,7 @@ func checkColumn(t, c string) error {
 			deliveryattempt.Table:   deliveryattempt.ValidColumn,
 			device.Table:            device.ValidColumn,
 			event.Table:             event.ValidColumn,
+			idempotencykey.Table:    idempotencykey.ValidColumn,
 			interopsubmission.Table: interopsubmission.ValidColumn,
 			ratelimitbucket.Table:   ratelimitbucket.ValidColumn,
 			setting.Table:           setting.ValidColumn,

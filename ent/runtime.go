@@ -10,6 +10,7 @@ import (
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
+	"github.com/voucherd/voucherd/ent/idempotencykey"
 	"github.com/voucherd/voucherd/ent/interopsubmission"
 	"github.com/voucherd/voucherd/ent/ratelimitbucket"
 	"github.com/voucherd/voucherd/ent/schema"
@@ -222,6 +223,48 @@ func init() {
 	// event.IDValidator is a validator for the "id" field. It is called by the builders before save.
 	event.IDValidator = func() func(string) error {
 		validators := eventDescID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(id string) error {
+			for _, fn := range fns {
+				if err := fn(id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	idempotencykeyFields := schema.IdempotencyKey{}.Fields()
+	_ = idempotencykeyFields
+	// idempotencykeyDescRequestHash is the schema descriptor for request_hash field.
+	idempotencykeyDescRequestHash := idempotencykeyFields[1].Descriptor()
+	// idempotencykey.RequestHashValidator is a validator for the "request_hash" field. It is called by the builders before save.
+	idempotencykey.RequestHashValidator = idempotencykeyDescRequestHash.Validators[0].(func(string) error)
+	// idempotencykeyDescStatus is the schema descriptor for status field.
+	idempotencykeyDescStatus := idempotencykeyFields[2].Descriptor()
+	// idempotencykey.DefaultStatus holds the default value on creation for the status field.
+	idempotencykey.DefaultStatus = idempotencykeyDescStatus.Default.(int)
+	// idempotencykeyDescLease is the schema descriptor for lease field.
+	idempotencykeyDescLease := idempotencykeyFields[3].Descriptor()
+	// idempotencykey.LeaseValidator is a validator for the "lease" field. It is called by the builders before save.
+	idempotencykey.LeaseValidator = idempotencykeyDescLease.Validators[0].(func(string) error)
+	// idempotencykeyDescContentType is the schema descriptor for content_type field.
+	idempotencykeyDescContentType := idempotencykeyFields[5].Descriptor()
+	// idempotencykey.DefaultContentType holds the default value on creation for the content_type field.
+	idempotencykey.DefaultContentType = idempotencykeyDescContentType.Default.(string)
+	// idempotencykey.ContentTypeValidator is a validator for the "content_type" field. It is called by the builders before save.
+	idempotencykey.ContentTypeValidator = idempotencykeyDescContentType.Validators[0].(func(string) error)
+	// idempotencykeyDescCreatedAt is the schema descriptor for created_at field.
+	idempotencykeyDescCreatedAt := idempotencykeyFields[7].Descriptor()
+	// idempotencykey.DefaultCreatedAt holds the default value on creation for the created_at field.
+	idempotencykey.DefaultCreatedAt = idempotencykeyDescCreatedAt.Default.(func() time.Time)
+	// idempotencykeyDescID is the schema descriptor for id field.
+	idempotencykeyDescID := idempotencykeyFields[0].Descriptor()
+	// idempotencykey.IDValidator is a validator for the "id" field. It is called by the builders before save.
+	idempotencykey.IDValidator = func() func(string) error {
+		validators := idempotencykeyDescID.Validators
 		fns := [...]func(string) error{
 			validators[0].(func(string) error),
 			validators[1].(func(string) error),

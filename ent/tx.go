@@ -24,6 +24,8 @@ type Tx struct {
 	Device *DeviceClient
 	// Event is the client for interacting with the Event builders.
 	Event *EventClient
+	// IdempotencyKey is the client for interacting with the IdempotencyKey builders.
+	IdempotencyKey *IdempotencyKeyClient
 	// InteropSubmission is the client for interacting with the InteropSubmission builders.
 	InteropSubmission *InteropSubmissionClient
 	// RateLimitBucket is the client for interacting with the RateLimitBucket builders.
@@ -178,6 +180,7 @@ func (tx *Tx) init() {
 	tx.DeliveryAttempt = NewDeliveryAttemptClient(tx.config)
 	tx.Device = NewDeviceClient(tx.config)
 	tx.Event = NewEventClient(tx.config)
+	tx.IdempotencyKey = NewIdempotencyKeyClient(tx.config)
 	tx.InteropSubmission = NewInteropSubmissionClient(tx.config)
 	tx.RateLimitBucket = NewRateLimitBucketClient(tx.config)
 	tx.Setting = NewSettingClient(tx.config)

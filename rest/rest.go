@@ -6,6 +6,7 @@ package rest
 import (
 	"context"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/identity"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/voucher"
@@ -45,12 +47,20 @@ type Options struct {
 	Log *slog.Logger
 	// Limiter may be nil (no rate limits).
 	Limiter Limiter
+	// Idempotency keeps the answers of POSTs sent with an Idempotency-Key;
+	// nil ignores the header.
+	Idempotency *idempotency.Store
+	// ClientAddr finds an unauthenticated caller's address (behind trusted
+	// proxies); nil takes the connection's peer.
+	ClientAddr func(*http.Request) string
 }
 
 type server struct {
 	Services
 	log     *slog.Logger
 	limiter Limiter
+	idem    *idempotency.Store
+	addr    func(*http.Request) string
 	mux     *http.ServeMux
 }
 
@@ -78,7 +88,10 @@ func Register(mux *http.ServeMux, svc Services, opts Options) {
 	if opts.Log == nil {
 		opts.Log = slog.Default()
 	}
-	s := &server{Services: svc, log: opts.Log, limiter: opts.Limiter, mux: mux}
+	if opts.ClientAddr == nil {
+		opts.ClientAddr = peerAddr
+	}
+	s := &server{Services: svc, log: opts.Log, limiter: opts.Limiter, idem: opts.Idempotency, addr: opts.ClientAddr, mux: mux}
 	s.routes()
 	mux.HandleFunc(catchAll, s.unmatched)
 }
@@ -116,6 +129,12 @@ type guard func(ctx context.Context) (*auth.Principal, error)
 func open(context.Context) (*auth.Principal, error) { return nil, nil }
 
 func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
+	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			httpx.WriteError(w, r, s.log, err)
+		}
+	})
+	post := strings.HasPrefix(pattern, http.MethodPost+" ")
 	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 		if s.limiter != nil && group != "" {
 			if err := s.limiter.Limit(r.Context(), group, r, w.Header()); err != nil {
@@ -123,7 +142,8 @@ func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
 				return
 			}
 		}
-		if _, err := g(r.Context()); err != nil {
+		p, err := g(r.Context())
+		if err != nil {
 			httpx.WriteError(w, r, s.log, err)
 			return
 		}
@@ -134,10 +154,36 @@ func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
 			httpx.WriteError(w, r, s.log, err)
 			return
 		}
-		if err := h(w, r); err != nil {
-			httpx.WriteError(w, r, s.log, err)
+		// A POST with an Idempotency-Key runs once per key (after the rate
+		// limit and the token guard: a refused caller stores nothing);
+		// without the header it costs nothing.
+		if post && s.idem != nil && len(r.Header.Values(idempotency.KeyHeader)) > 0 {
+			s.idem.Handle(w, r, s.caller(p, r), serve)
+			return
 		}
+		serve(w, r)
 	})
+}
+
+// caller names whoever holds an idempotency key: the token's subject, or
+// the client address of a request without a token (sign-up, sign-in).
+func (s *server) caller(p *auth.Principal, r *http.Request) string {
+	if p == nil {
+		p = auth.FromContext(r.Context())
+	}
+	if p != nil && p.ID != "" {
+		return string(p.Kind) + ":" + p.ID
+	}
+	return "ip:" + s.addr(r)
+}
+
+// peerAddr is the connection's peer address.
+func peerAddr(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 var probeMethods = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete}

@@ -137,6 +137,31 @@ var (
 			},
 		},
 	}
+	// IdempotencyKeysColumns holds the columns for the "idempotency_keys" table.
+	IdempotencyKeysColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeString, Size: 64},
+		{Name: "request_hash", Type: field.TypeString, Size: 64},
+		{Name: "status", Type: field.TypeInt, Default: 0},
+		{Name: "lease", Type: field.TypeString, Size: 64},
+		{Name: "locked_until", Type: field.TypeTime, Nullable: true},
+		{Name: "content_type", Type: field.TypeString, Size: 255, Default: ""},
+		{Name: "body", Type: field.TypeString, Nullable: true, Size: 2147483647},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "expires_at", Type: field.TypeTime},
+	}
+	// IdempotencyKeysTable holds the schema information for the "idempotency_keys" table.
+	IdempotencyKeysTable = &schema.Table{
+		Name:       "idempotency_keys",
+		Columns:    IdempotencyKeysColumns,
+		PrimaryKey: []*schema.Column{IdempotencyKeysColumns[0]},
+		Indexes: []*schema.Index{
+			{
+				Name:    "idempotencykey_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{IdempotencyKeysColumns[8]},
+			},
+		},
+	}
 	// InteropSubmissionsColumns holds the columns for the "interop_submissions" table.
 	InteropSubmissionsColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Size: 64},
@@ -453,6 +478,7 @@ var (
 		DeliveryAttemptsTable,
 		DevicesTable,
 		EventsTable,
+		IdempotencyKeysTable,
 		InteropSubmissionsTable,
 		RateLimitBucketsTable,
 		SettingsTable,

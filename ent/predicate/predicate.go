@@ -21,6 +21,9 @@ type Device func(*sql.Selector)
 // Event is the predicate function for event builders.
 type Event func(*sql.Selector)
 
+// IdempotencyKey is the predicate function for idempotencykey builders.
+type IdempotencyKey func(*sql.Selector)
+
 // InteropSubmission is the predicate function for interopsubmission builders.
 type InteropSubmission func(*sql.Selector)
 

@@ -25,6 +25,7 @@ import (
 	"github.com/voucherd/voucherd/internal/config"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/identity"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/password"
@@ -78,6 +79,9 @@ type App struct {
 	Settlement *settlement.Service
 	// chains are the verified networks (WithSettlementNetworks).
 	chains []settlement.Network
+	// Idempotency keeps the answers of REST POSTs sent with an
+	// Idempotency-Key.
+	Idempotency *idempotency.Store
 
 	handler http.Handler
 	wg      sync.WaitGroup
@@ -157,6 +161,8 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
+	a.Idempotency = idempotency.New(db, a.Box, idempotency.Options{Log: a.Log})
+
 	limits, err := a.rateLimits()
 	if err != nil {
 		return err
@@ -187,7 +193,7 @@ func (a *App) build(ctx context.Context) error {
 		Webhooks:   a.Webhooks,
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
-	}, rest.Options{Log: a.Log, Limiter: limits})
+	}, rest.Options{Log: a.Log, Limiter: limits, Idempotency: a.Idempotency, ClientAddr: limits.ClientAddr})
 	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {
 		mux.Handle("GET /graphiql", a.graphql)
@@ -329,7 +335,8 @@ func (a *App) sweep(ctx context.Context) error {
 	return a.DB.WithTryLock(ctx, storage.LockSweeper, func(ctx context.Context) error {
 		_, serr := a.Sessions.SweepExpired(ctx)
 		_, verr := a.Vouchers.SweepExpired(ctx)
-		return errors.Join(serr, verr)
+		_, ierr := a.Idempotency.Sweep(ctx)
+		return errors.Join(serr, verr, ierr)
 	})
 }
 

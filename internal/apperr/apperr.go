@@ -41,6 +41,11 @@ const (
 	BusinessInactive   Code = "business_inactive"
 	LastOwner          Code = "last_owner"
 	LimitExceeded      Code = "limit_exceeded"
+	// IdempotencyKeyReused: an Idempotency-Key came back with another
+	// request (422); IdempotencyConflict: its first request is still in
+	// flight (409).
+	IdempotencyKeyReused Code = "idempotency_key_reused"
+	IdempotencyConflict  Code = "idempotency_conflict"
 )
 
 // HTTPStatus is the one table mapping codes to HTTP statuses.
@@ -58,6 +63,10 @@ func (c Code) HTTPStatus() int {
 		return http.StatusTooManyRequests
 	case PayloadTooLarge:
 		return http.StatusRequestEntityTooLarge
+	case IdempotencyKeyReused:
+		return http.StatusUnprocessableEntity
+	case IdempotencyConflict:
+		return http.StatusConflict
 	case Internal:
 		return http.StatusInternalServerError
 	case Unavailable:

@@ -235,6 +235,12 @@ func (r *Response) Code() string {
 // Do sends a request; body is marshalled unless it is a string or []byte.
 func (s *Server) Do(t testing.TB, method, path, token string, body any) *Response {
 	t.Helper()
+	return s.DoWith(t, method, path, token, body, nil)
+}
+
+// DoWith is Do with extra request headers.
+func (s *Server) DoWith(t testing.TB, method, path, token string, body any, header http.Header) *Response {
+	t.Helper()
 	var rd io.Reader
 	switch b := body.(type) {
 	case nil:
@@ -258,6 +264,11 @@ func (s *Server) Do(t testing.TB, method, path, token string, body any) *Respons
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
 	}
 	resp, err := s.Client.Do(req)
 	if err != nil {
