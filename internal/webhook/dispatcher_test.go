@@ -171,7 +171,10 @@ func TestManualRetry(t *testing.T) {
 
 func TestManualRetryKeepsSchedule(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
-		interval := 300 * time.Millisecond
+		// The manual retry must come before the second automatic attempt is
+		// due: a second leaves room for a loaded CI machine between the
+		// first attempt being seen and the retry.
+		interval := time.Second
 		f := newFixture(t, db, fixtureOptions{retryInterval: interval})
 		f.transport.setRespond(func(webhook.Request, int) webhook.Result { return webhook.Result{Status: 500} })
 		f.endpoint(t, "https://hooks.example.com/a")
@@ -187,7 +190,7 @@ func TestManualRetryKeepsSchedule(t *testing.T) {
 		if got.Status != webhookdelivery.StatusPENDING || got.NextAttemptAt == nil || !got.NextAttemptAt.Equal(next) || got.Attempts != 2 {
 			t.Fatalf("a manual attempt moved the schedule: %+v", got)
 		}
-		eventually(t, 5*time.Second, "FAILED", func() bool { return f.deliveryOf(t, id).Status == webhookdelivery.StatusFAILED })
+		eventually(t, 10*time.Second, "FAILED", func() bool { return f.deliveryOf(t, id).Status == webhookdelivery.StatusFAILED })
 		if d := f.deliveryOf(t, id); d.Attempts != 5 || d.AutoAttempts != 4 {
 			t.Fatalf("delivery %+v: want 4 automatic attempts and the manual one", d)
 		}
