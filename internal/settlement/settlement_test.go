@@ -84,6 +84,7 @@ func (p *published) settlementsOf(id string) []*payment.Settlement {
 
 type env struct {
 	t        *testing.T
+	network  string
 	db       *storage.DB
 	chain    *fakeChain
 	clock    *clock
@@ -102,14 +103,23 @@ func newHash() string { return fmt.Sprintf("0x%064x", hashes.Add(1)+0xabc000) }
 
 func newEnv(t *testing.T, db *storage.DB, chain *fakeChain) *env {
 	t.Helper()
-	e := &env{t: t, db: db, chain: chain, clock: &clock{t: time.Now().UTC()}, pub: &published{}}
-	var err error
-	if e.fin, err = finance.New(finance.Default()); err != nil {
+	fin, err := finance.New(finance.Default())
+	if err != nil {
 		t.Fatal(err)
 	}
+	e := newEnvOn(t, db, fin, "ethereum", chain)
+	e.chain = chain
+	return e
+}
+
+// newEnvOn is an env whose network is verified on c.
+func newEnvOn(t *testing.T, db *storage.DB, fin *finance.Service, network string, c settlement.Chain) *env {
+	t.Helper()
+	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}}
+	var err error
 	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return voucher.View(v) }, Now: e.clock.Now})
 	e.settle, err = settlement.NewService(db, e.fin.Registry(), settlement.Options{
-		Networks: []settlement.Network{{Name: "ethereum", Chain: chain, Confirmations: required}},
+		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: required}},
 		Events:   outbox, Publisher: e.pub, Now: e.clock.Now,
 	})
 	if err != nil {
@@ -206,7 +216,7 @@ func (e *env) mustResolve(d deal, hashes ...string) *ent.Voucher {
 
 func (e *env) poll() {
 	e.t.Helper()
-	if err := e.settle.Poll(context.Background(), "ethereum"); err != nil {
+	if err := e.settle.Poll(context.Background(), e.network); err != nil {
 		e.t.Fatal(err)
 	}
 }
