@@ -186,6 +186,7 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 	}
 	now := s.now()
 	var errs []error
+	var changes []change
 	for _, v := range vs {
 		if v.Settlement == nil || !v.Settlement.Verified || v.Settlement.Final() {
 			continue
@@ -196,14 +197,30 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			continue
 		}
 		next, events := judge(d, n.typ, v, v.Settlement, obs, now)
-		if next == v.Settlement {
-			continue
-		}
-		if err := s.commit(ctx, v, next, events, now); err != nil {
-			errs = append(errs, err)
+		if next != v.Settlement {
+			changes = append(changes, change{v: v, next: next, events: events})
 		}
 	}
+	for len(changes) > 0 {
+		k := min(len(changes), batchSize)
+		if err := s.commit(ctx, changes[:k], now); err != nil {
+			errs = append(errs, err)
+		}
+		changes = changes[k:]
+	}
 	return errors.Join(errs...)
+}
+
+// batchSize bounds how many settlement changes share one database
+// transaction: a block that confirms a thousand payments commits a few
+// times, not a thousand (the commit, not the statements, is what costs).
+const batchSize = 250
+
+// change is one voucher's settlement change, judged from one poll.
+type change struct {
+	v      *ent.Voucher
+	next   *payment.Settlement
+	events []string
 }
 
 // updateStatement is a settlement change: one conditional UPDATE, guarded
@@ -222,49 +239,53 @@ func jsonArg(dialect string, b []byte) any {
 	return b
 }
 
-// errMoved says the voucher changed since it was read (another replica
-// recorded this change first).
-var errMoved = errors.New("settlement: voucher moved")
-
-// commit records one settlement change: one conditional UPDATE of the
-// voucher (guarded by the version read, so of two replicas judging the
-// same poll exactly one writes) and the events it causes, in one
-// transaction; then the change is published to voucherUpdated.
-func (s *Service) commit(ctx context.Context, v *ent.Voucher, next *payment.Settlement, events []string, now time.Time) error {
-	nv := *v
-	nv.Settlement, nv.Version, nv.UpdatedAt = next, v.Version+1, now
-	if next.Final() {
-		nv.SettlementNetwork = nil
-	}
-	val, err := json.Marshal(next)
-	if err != nil {
-		return fmt.Errorf("settlement: encode: %w", err)
-	}
-	var network any
-	if !next.Final() {
-		network = *v.SettlementNetwork
-	}
-	err = s.db.Tx(ctx, func(tx *ent.Tx) error {
-		res, err := tx.ExecContext(ctx, s.updateText, jsonArg(s.db.Dialect, val), network, now, v.ID, v.Version)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil {
-			return err
-		} else if n == 0 {
-			return errMoved
-		}
-		if s.events != nil && len(events) > 0 {
-			return s.events.SettlementChanged(ctx, tx, &nv, events)
+// commit records settlement changes, each one conditional UPDATE of its
+// voucher (guarded by the version the watcher judged, so of two replicas
+// judging the same poll exactly one writes it) with the events it causes,
+// in one transaction; then each change is published to voucherUpdated. A
+// voucher that moved since it was read is skipped (the next poll judges
+// it again).
+func (s *Service) commit(ctx context.Context, cs []change, now time.Time) error {
+	written := make([]*ent.Voucher, 0, len(cs))
+	err := s.db.Tx(ctx, func(tx *ent.Tx) error {
+		written = written[:0]
+		for _, c := range cs {
+			val, err := json.Marshal(c.next)
+			if err != nil {
+				return fmt.Errorf("settlement: encode: %w", err)
+			}
+			var network any
+			if !c.next.Final() && c.v.SettlementNetwork != nil {
+				network = *c.v.SettlementNetwork
+			}
+			res, err := tx.ExecContext(ctx, s.updateText, jsonArg(s.db.Dialect, val), network, now, c.v.ID, c.v.Version)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				continue
+			}
+			nv := *c.v
+			nv.Settlement, nv.Version, nv.UpdatedAt = c.next, c.v.Version+1, now
+			if c.next.Final() {
+				nv.SettlementNetwork = nil
+			}
+			if s.events != nil && len(c.events) > 0 {
+				if err := s.events.SettlementChanged(ctx, tx, &nv, c.events); err != nil {
+					return err
+				}
+			}
+			written = append(written, &nv)
 		}
 		return nil
 	})
-	if errors.Is(err, errMoved) {
-		return nil
-	}
 	if err != nil {
-		return fmt.Errorf("settlement: record %s: %w", v.ID, err)
+		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
 	}
-	s.pub.Publish(pubsub.ChangeOf(&nv).WithState(&nv))
+	for _, v := range written {
+		s.pub.Publish(pubsub.ChangeOf(v).WithState(v))
+	}
 	return nil
 }
