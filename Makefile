@@ -33,17 +33,19 @@ ensure-chromium:
 
 ## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen,
 ## then the printed schema (graph/schema.graphql: one SDL file, no gqlgen
-## directives, as GET /graphql/schema.graphql serves it).
+## directives, as GET /graphql/schema.graphql serves it), then the OpenAPI
+## document (rest/openapi.json from rest/openapi.yaml and the route table).
 generate:
 	cd ent && $(GO) run -mod=mod entc.go
 	$(GO) run github.com/99designs/gqlgen generate
 	$(GO) run ./cmd/printschema
+	$(GO) run ./cmd/openapigen
 
 ## check-generated: regenerate and fail if anything committed was stale.
 check-generated: generate
-	@if [ -n "$$(git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations)" ]; then \
+	@if [ -n "$$(git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations rest/openapi.json)" ]; then \
 		echo "generated code is stale: run 'make generate' (and 'make migration NAME=...') and commit:"; \
-		git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations; \
+		git status --porcelain -- ent graph gqlgen.yml internal/storage/migrations rest/openapi.json; \
 		git --no-pager diff --stat -- ent graph; \
 		exit 1; \
 	fi

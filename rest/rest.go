@@ -56,6 +56,8 @@ type Options struct {
 }
 
 type server struct {
+	// table records every route handle registers, for Routes.
+	table []Route
 	Services
 	log     *slog.Logger
 	limiter Limiter
@@ -118,6 +120,8 @@ func (s *server) routes() {
 
 	s.webhookRoutes()
 	s.voucherRoutes()
+
+	s.handle("GET /api/v1/openapi.json", "", open, s.openAPI)
 }
 
 // guard is the token check a route makes before reading its body, so a
@@ -129,6 +133,8 @@ type guard func(ctx context.Context) (*auth.Principal, error)
 func open(context.Context) (*auth.Principal, error) { return nil, nil }
 
 func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
+	method, path, _ := strings.Cut(pattern, " ")
+	s.table = append(s.table, Route{Method: method, Path: strings.TrimSuffix(path, "{$}"), Pattern: pattern, Group: group, Token: guardName(g)})
 	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			httpx.WriteError(w, r, s.log, err)

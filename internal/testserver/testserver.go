@@ -23,7 +23,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voucherd/voucherd/internal/openapi"
 	"github.com/voucherd/voucherd/internal/testdb"
+	"github.com/voucherd/voucherd/rest"
 )
 
 var (
@@ -58,6 +60,24 @@ func Binary(t testing.TB) string {
 		t.Fatalf("testserver: %v", buildErr)
 	}
 	return binPath
+}
+
+var (
+	validatorOnce sync.Once
+	openapiV      *openapi.Validator
+	openapiErr    error
+)
+
+// validator is the OpenAPI document's validator: every /api/v1 exchange a
+// Server's Client makes is checked against the document (internal/openapi),
+// and a mismatch fails the test that made it.
+func validator(t testing.TB) *openapi.Validator {
+	t.Helper()
+	validatorOnce.Do(func() { openapiV, openapiErr = openapi.Load(rest.OpenAPI()) })
+	if openapiErr != nil {
+		t.Fatalf("testserver: %v", openapiErr)
+	}
+	return openapiV
 }
 
 // Options configure one server.
@@ -140,7 +160,7 @@ func Start(t testing.TB, opts Options) *Server {
 		t.Fatalf("start voucherd: %v", err)
 	}
 	s := &Server{URL: "http://" + addr, Addr: addr, DatabaseURL: dbURL, cmd: cmd, logs: logs, done: make(chan struct{}),
-		Client: &http.Client{Timeout: 30 * time.Second}}
+		Client: &http.Client{Timeout: 30 * time.Second, Transport: &openapi.Transport{Validator: validator(t), Report: t.Errorf}}}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() { s.Stop(t) })
 	deadline := time.Now().Add(30 * time.Second)
