@@ -3,7 +3,6 @@ package graph
 import (
 	"context"
 
-	"github.com/99designs/gqlgen/complexity"
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/errcode"
 	"github.com/99designs/gqlgen/graphql/handler/extension"
@@ -81,7 +80,7 @@ func (c *complexityLimit) cost(ctx context.Context, oc *graphql.OperationContext
 		return cost, nil
 	}
 	var readArgs bool
-	cost := complexity.Calculate(context.WithValue(ctx, argsReadKey{}, &readArgs), c.es, op, oc.Variables)
+	cost := calculate(context.WithValue(ctx, argsReadKey{}, &readArgs), c.es, op, oc.Doc, oc.Variables)
 	if !readArgs {
 		c.memo.Add(op, cost)
 	}
@@ -97,4 +96,85 @@ func argsRead(ctx context.Context) {
 	if p, ok := ctx.Value(argsReadKey{}).(*bool); ok {
 		*p = true
 	}
+}
+
+// calculate is gqlgen's complexity.Calculate (the same costs, field by
+// field) with each fragment's cost computed once and reused at every spread
+// of it: gqlgen's walk expands every spread again, so fragments spreading
+// each other twice per level double its work per level. A fragment's cost
+// cannot depend on where it is spread (its fields, arguments and the
+// operation's variables are the same everywhere). Sums saturate.
+func calculate(ctx context.Context, es graphql.ExecutableSchema, op *ast.OperationDefinition, doc *ast.QueryDocument, vars map[string]any) int {
+	w := costWalker{es: es, schema: es.Schema(), vars: vars, frags: map[string]int{}}
+	return w.set(ctx, op.SelectionSet)
+}
+
+type costWalker struct {
+	es     graphql.ExecutableSchema
+	schema *ast.Schema
+	vars   map[string]any
+	frags  map[string]int
+}
+
+func (w *costWalker) set(ctx context.Context, set ast.SelectionSet) int {
+	var total int
+	for _, sel := range set {
+		switch s := sel.(type) {
+		case *ast.Field:
+			total = saturatingAdd(total, w.field(ctx, s))
+		case *ast.FragmentSpread:
+			cost, ok := w.frags[s.Name]
+			if !ok && s.Definition != nil {
+				w.frags[s.Name] = 0 // a cycle (validation refuses them) costs nothing more
+				cost = w.set(ctx, s.Definition.SelectionSet)
+				w.frags[s.Name] = cost
+			}
+			total = saturatingAdd(total, cost)
+		case *ast.InlineFragment:
+			total = saturatingAdd(total, w.set(ctx, s.SelectionSet))
+		}
+	}
+	return total
+}
+
+func (w *costWalker) field(ctx context.Context, s *ast.Field) int {
+	if s.Definition == nil || s.ObjectDefinition == nil {
+		return 0
+	}
+	def := w.schema.Types[s.Definition.Type.Name()]
+	if def == nil || def.Name == "__Schema" {
+		return 0
+	}
+	var child int
+	switch def.Kind {
+	case ast.Object, ast.Interface, ast.Union:
+		child = w.set(ctx, s.SelectionSet)
+	}
+	args := s.ArgumentMap(w.vars)
+	if s.ObjectDefinition.Kind != ast.Interface {
+		return w.fieldCost(ctx, s.ObjectDefinition, def.Kind, s.Name, child, args)
+	}
+	// An interface's field costs what its most expensive implementation's does.
+	var most int
+	for _, t := range w.schema.GetPossibleTypes(s.ObjectDefinition) {
+		most = max(most, w.fieldCost(ctx, t, def.Kind, s.Name, child, args))
+	}
+	return most
+}
+
+func (w *costWalker) fieldCost(ctx context.Context, on *ast.Definition, kind ast.DefinitionKind, field string, child int, args map[string]any) int {
+	if c, ok := w.es.Complexity(ctx, on.Name, field, child, args); ok && c >= 1 {
+		return c
+	}
+	return saturatingAdd(1, child)
+}
+
+// saturatingAdd adds non-negative costs without overflowing (negative ones,
+// from a custom cost gone wrong, are ignored), as gqlgen's walk does.
+func saturatingAdd(a, b int) int {
+	a, b = max(a, 0), max(b, 0)
+	if c := a + b; c >= a {
+		return c
+	}
+	return int(^uint(0) >> 1)
 }

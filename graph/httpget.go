@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -99,6 +100,13 @@ func writeRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 		if errors.As(e, &ae) && ae.Code == apperr.MethodNotAllowed {
 			status = http.StatusMethodNotAllowed
 			w.Header().Set("Allow", http.MethodPost)
+		}
+		if errors.As(e, &ae) && ae.Code == apperr.RateLimit {
+			// A refused document past its caller's budget (guardedExec).
+			status = http.StatusTooManyRequests
+			if ae.RetryAfterSeconds > 0 {
+				w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds))
+			}
 		}
 	}
 	resp := exec.DispatchError(graphql.WithOperationContext(r.Context(), rc), errs)

@@ -12,6 +12,7 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 	"github.com/gorilla/websocket"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
@@ -63,6 +64,13 @@ const (
 	opViewer          = "GraphQL viewer"
 	opNode            = "GraphQL node"
 	opVoucherSessions = "GraphQL voucherSessions"
+	// opRefused is the budget a document spends when it is refused
+	// before any field runs (it does not parse, validate, fit the
+	// bounds or the complexity limit): its caller made the server
+	// read, parse and measure it, and a client sending hostile
+	// documents back to back must run out of budget as one sending
+	// costly fields does.
+	opRefused = "GraphQL refused document"
 )
 
 // rootLimits maps every Query and Mutation root field to its budget. A test
@@ -414,6 +422,27 @@ func (l *limits) aroundFields(ctx context.Context, next graphql.Resolver) (any, 
 		}
 	}
 	return next(ctx)
+}
+
+// refused spends one unit of opRefused (a vouchers-read budget, the
+// largest burst of the spec's table) for a document refused before any
+// field ran. It returns the rate_limit error that replaces the refusal
+// once the budget is spent, else nil.
+func (l *limits) refused(ctx context.Context) *gqlerror.Error {
+	q := requestFrom(ctx)
+	if l == nil || q == nil {
+		return nil
+	}
+	d, err := l.gate.Spend(ctx, ratelimit.VouchersRead, opRefused, q.addr, 1)
+	if err != nil {
+		ie := apperr.InternalError(err)
+		return &gqlerror.Error{Message: ie.Message, Err: ie}
+	}
+	q.record(d)
+	if err := ratelimit.Err(d); err != nil {
+		return &gqlerror.Error{Message: err.Error(), Err: err}
+	}
+	return nil
 }
 
 var errNoRequest = errors.New("ratelimit: GraphQL request without limiter state")

@@ -2,10 +2,12 @@ package graph
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/voucherd/voucherd/graph/bounds"
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/graph/graphiql"
 	"github.com/voucherd/voucherd/graph/wstransport"
@@ -37,6 +40,12 @@ type Options struct {
 	// ComplexityLimit and DepthLimit bound a document's cost.
 	ComplexityLimit int
 	DepthLimit      int
+	// Bounds measure a document before it is validated (graph/bounds);
+	// DepthLimit, when set, overrides Bounds.Depth.
+	Bounds bounds.Limits
+	// TimeBudget bounds how long a query or mutation may take
+	// (DefaultTimeBudget when zero).
+	TimeBudget time.Duration
 	// KeepAlive is the websocket ping interval.
 	KeepAlive time.Duration
 	// InitTimeout bounds the wait for connection_init.
@@ -85,6 +94,13 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	if opts.DepthLimit == 0 {
 		opts.DepthLimit = DefaultDepthLimit
 	}
+	if opts.TimeBudget == 0 {
+		opts.TimeBudget = DefaultTimeBudget
+	}
+	if opts.DepthLimit != 0 {
+		opts.Bounds.Depth = opts.DepthLimit
+	}
+	opts.Bounds = opts.Bounds.WithDefaults()
 	if opts.KeepAlive == 0 {
 		opts.KeepAlive = DefaultKeepAlive
 	}
@@ -128,21 +144,26 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		// so a cross-site page gains nothing from connecting. With
 		// VOUCHER_CORS_ORIGINS set, only those origins may (the app's
 		// httpx.CORS.CheckOrigin).
-		CheckOrigin: opts.CheckOrigin,
-		Base:        opts.Base,
-		Log:         opts.Log,
+		CheckOrigin:  opts.CheckOrigin,
+		Base:         opts.Base,
+		Log:          opts.Log,
+		CheckPayload: httpx.CheckJSON,
 	})
-	srv.AddTransport(ws)
-	srv.AddTransport(transport.Options{})
-	srv.AddTransport(getTransport{})
-	srv.AddTransport(postTransport{})
-	srv.SetQueryCache(lru.New[*ast.QueryDocument](1000))
+	for _, t := range []graphql.Transport{ws, transport.Options{}, getTransport{}, postTransport{}} {
+		srv.AddTransport(guardedTransport{Transport: t, lim: lim})
+	}
+	cache := lru.New[*ast.QueryDocument](1000)
+	srv.SetQueryCache(cache)
+	// The bounds run before parsing and validation; the parser's own
+	// token limit is a second fence.
+	srv.Use(documentBounds{limits: opts.Bounds, cache: cache})
+	srv.SetParserTokenLimit(opts.Bounds.Tokens)
 	srv.Use(newComplexityLimit(opts.ComplexityLimit))
-	srv.Use(depthLimit{max: opts.DepthLimit, introspection: IntrospectionDepthLimit})
 	srv.Use(transportRules{})
 	if opts.Development {
 		srv.Use(extension.Introspection{})
 	}
+	srv.AroundResponses(timeBudget(opts.TimeBudget))
 	srv.AroundFields(internalErrors)
 	if lim != nil {
 		srv.AroundFields(lim.aroundFields)
@@ -157,7 +178,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	})
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", lim.middleware(limitBody(srv)))
+	mux.Handle("/graphql", lim.middleware(limitBody(srv, lim, opts.TimeBudget)))
 	if opts.Development {
 		gi := graphiql.Handler()
 		mux.Handle("GET /graphiql", gi)
@@ -185,10 +206,12 @@ func (h *Handler) Shutdown(ctx context.Context) error { return h.ws.Shutdown(ctx
 type methodKey struct{}
 
 // limitBody enforces the 1 MiB body limit with the REST door's status
-// (413 payload_too_large), also for bodies sent without a length, and
-// notes the request method for transportRules (all but POST: a request
-// without a note is a POST).
-func limitBody(next http.Handler) http.Handler {
+// (413 payload_too_large), also for bodies sent without a length; refuses
+// a body or URL breaking the text rules (NUL, invalid UTF-8, a repeated
+// JSON key: 400 validation_failed, charged as a refused document); gives
+// the request its time budget; and notes the request method for
+// transportRules (all but POST: a request without a note is a POST).
+func limitBody(next http.Handler, lim *limits, budget time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if websocket.IsWebSocketUpgrade(r) {
 			// Its messages are bounded by the transport's read limit, and
@@ -196,8 +219,15 @@ func limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
+		ctx, cancel := context.WithTimeout(r.Context(), budget)
+		defer cancel()
+		r = r.WithContext(ctx)
 		if r.Method != http.MethodPost {
 			r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+		}
+		if err := checkURL(r); err != nil {
+			refuseRequest(w, r, lim, err)
+			return
 		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
@@ -219,9 +249,73 @@ func limitBody(next http.Handler) http.Handler {
 			httpx.WriteError(w, r, nil, tooBig)
 			return
 		}
+		if len(body) > 0 && isJSON(r.Header.Get("Content-Type")) {
+			if err := httpx.CheckJSON(body); err != nil {
+				if ae := apperr.From(err); len(ae.Details) == 0 {
+					// Not JSON at all: said as gqlgen's POST says it.
+					err = apperr.New(apperr.ValidationFailed, notGraphQLRequest)
+				}
+				refuseRequest(w, r, lim, err)
+				return
+			}
+		}
 		r.Body = newReadBody(body)
 		next.ServeHTTP(w, r)
 	})
+}
+
+const notGraphQLRequest = "the request body is not a valid GraphQL request (JSON with query, variables, operationName)"
+
+// checkURL keeps the text rules for a GET's query, variables and
+// extensions parameters (and anything else in the URL).
+func checkURL(r *http.Request) error {
+	if err := httpx.CheckRequestText(r); err != nil {
+		return err
+	}
+	if r.URL.RawQuery == "" {
+		return nil
+	}
+	q := r.URL.Query()
+	for _, name := range []string{"variables", "extensions"} {
+		if v := q.Get(name); v != "" {
+			if err := httpx.CheckJSON([]byte(v)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func isJSON(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	mt = strings.TrimSpace(strings.ToLower(mt))
+	return mt == "application/json" || mt == "application/graphql+json" || strings.HasSuffix(mt, "+json")
+}
+
+// refuseRequest answers a request refused before GraphQL read it, as a
+// GraphQL request error (400, no data), after charging it as a refused
+// document.
+func refuseRequest(w http.ResponseWriter, r *http.Request, lim *limits, err error) {
+	if rl := lim.refused(r.Context()); rl != nil {
+		err = rl.Err
+	}
+	ae := apperr.From(err)
+	ext := map[string]any{"code": string(ae.Code)}
+	if len(ae.Details) > 0 {
+		ext["details"] = ae.Details
+	}
+	if ae.RetryAfterSeconds > 0 {
+		ext["retryAfter"] = ae.RetryAfterSeconds
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds))
+	}
+	msg := ae.Message
+	if msg == "" {
+		msg = string(ae.Code)
+	}
+	b, _ := json.Marshal(graphql.Response{Errors: gqlerror.List{{Message: msg, Extensions: ext}}})
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(ae.Code.HTTPStatus())
+	_, _ = w.Write(b)
 }
 
 // internalErrors turns a plain error from a resolver into internal (the
@@ -235,6 +329,9 @@ func internalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
 	}
 	if fc := graphql.GetFieldContext(ctx); fc != nil && strings.HasPrefix(fc.Field.Name, "__") {
 		return res, err // introspection, refused outside development: the caller's
+	}
+	if outOfTime(ctx, err) {
+		return res, errOutOfTime()
 	}
 	var ae *apperr.Error
 	var ge *gqlerror.Error
@@ -278,7 +375,7 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		if strings.HasPrefix(gerr.Message, "json request body could not be decoded") {
 			// gqlgen echoes the whole body, which may hold a password.
-			gerr.Message = "the request body is not a valid GraphQL request (JSON with query, variables, operationName)"
+			gerr.Message = notGraphQLRequest
 		}
 		gerr.Extensions = map[string]any{"code": string(code)}
 		return gerr
@@ -300,7 +397,13 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 			return ctx, nil, &wstransport.CloseError{Code: CloseBadRequest, Reason: err.Error(), Err: apperr.New(apperr.ValidationFailed, err.Error())}
 		}
 		if raw == "" {
-			// A connection without a token may still use open operations.
+			// The upgrade request's Authorization header may have proven
+			// the caller (auth.Middleware): that principal ends at its
+			// token's expiry like one from connection_init. A connection
+			// without a token may still use open operations.
+			if p := auth.FromContext(ctx); p != nil {
+				return expireAt(ctx, p)
+			}
 			return ctx, nil, nil
 		}
 		tok, ok := auth.BearerToken(raw)
@@ -308,14 +411,10 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 		if ok && v != nil {
 			p, err = v.Verify(ctx, tok)
 		}
-		if !ok || v == nil || err != nil || (!p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt)) {
-			return ctx, nil, &wstransport.CloseError{Code: CloseForbidden, Reason: "Forbidden", Err: apperr.New(apperr.Unauthorized, "Forbidden")}
+		if !ok || v == nil || err != nil {
+			return ctx, nil, forbidden()
 		}
-		ctx = auth.WithPrincipal(ctx, p)
-		if c := wstransport.ConnFromContext(ctx); c != nil && !p.ExpiresAt.IsZero() {
-			c.CloseAt(p.ExpiresAt, CloseForbidden, "Forbidden: token expired")
-		}
-		return ctx, nil, nil
+		return expireAt(auth.WithPrincipal(ctx, p), p)
 	}
 }
 
@@ -395,6 +494,24 @@ func credentialKey(k string) bool {
 		strings.Contains(k, "jwt") || strings.Contains(k, "secret") || strings.Contains(k, "password")
 }
 
+func forbidden() error {
+	return &wstransport.CloseError{Code: CloseForbidden, Reason: "Forbidden", Err: apperr.New(apperr.Unauthorized, "Forbidden")}
+}
+
+// expireAt refuses a principal whose token has expired, and schedules the
+// connection's close (4403) at its token's expiry: every query, mutation
+// and subscription on it ends then, and the client reconnects with a
+// fresh token.
+func expireAt(ctx context.Context, p *auth.Principal) (context.Context, *transport.InitPayload, error) {
+	if !p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt) {
+		return ctx, nil, forbidden()
+	}
+	if c := wstransport.ConnFromContext(ctx); c != nil && !p.ExpiresAt.IsZero() {
+		c.CloseAt(p.ExpiresAt, CloseForbidden, "Forbidden: token expired")
+	}
+	return ctx, nil, nil
+}
+
 // transportRules keeps each operation on its transport: mutations never
 // over GET (a link or a prefetch must not change anything), subscriptions
 // only over a websocket (a POST would hang waiting for changes).
@@ -418,72 +535,4 @@ func (transportRules) MutateOperationContext(ctx context.Context, oc *graphql.Op
 		}
 	}
 	return nil
-}
-
-// depthLimit refuses documents nested deeper than max. An introspection
-// field (__schema, __type) counts as one level there and its own subtree
-// is bounded by introspection instead: graphql-js's standard introspection
-// query (getIntrospectionQuery, every option on), which GraphiQL, schema
-// tools and code generators send, nests 15 levels, mostly the TypeRef
-// fragment's ofType chain; no data field lies below those fields, and the
-// complexity limit does not count them (gqlgen leaves __Schema out).
-type depthLimit struct{ max, introspection int }
-
-// IntrospectionDepthLimit bounds the nesting under __schema and __type:
-// the standard query's 15 levels with room for graphql-js versions that
-// follow ofType further.
-const IntrospectionDepthLimit = 20
-
-func (depthLimit) ExtensionName() string                   { return "DepthLimit" }
-func (depthLimit) Validate(graphql.ExecutableSchema) error { return nil }
-func (d depthLimit) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
-	if oc.Operation == nil {
-		return nil
-	}
-	w := depthWalk{frags: oc.Doc.Fragments, seen: map[string]bool{}, introspection: d.introspection}
-	if w.depth(oc.Operation.SelectionSet, 0) > d.max || w.tooDeep {
-		return &gqlerror.Error{Message: "query is nested too deeply", Extensions: map[string]any{"code": string(apperr.ValidationFailed)}}
-	}
-	return nil
-}
-
-type depthWalk struct {
-	frags         ast.FragmentDefinitionList
-	seen          map[string]bool
-	introspection int
-	// tooDeep notes an introspection subtree deeper than its own bound.
-	tooDeep bool
-}
-
-func (w *depthWalk) depth(set ast.SelectionSet, level int) int {
-	max := level
-	for _, s := range set {
-		var d int
-		switch s := s.(type) {
-		case *ast.Field:
-			if w.introspection > 0 && (s.Name == "__schema" || s.Name == "__type") {
-				if w.depth(s.SelectionSet, 1) > w.introspection {
-					w.tooDeep = true
-				}
-				d = level + 1
-				break
-			}
-			d = w.depth(s.SelectionSet, level+1)
-		case *ast.InlineFragment:
-			d = w.depth(s.SelectionSet, level)
-		case *ast.FragmentSpread:
-			if w.seen[s.Name] {
-				continue
-			}
-			w.seen[s.Name] = true
-			if f := w.frags.ForName(s.Name); f != nil {
-				d = w.depth(f.SelectionSet, level)
-			}
-			delete(w.seen, s.Name)
-		}
-		if d > max {
-			max = d
-		}
-	}
-	return max
 }

@@ -573,16 +573,28 @@ func (r *Resolver) authorize(ctx context.Context, kind pubsub.Kind, key string) 
 // a rendering). "" means not shareable: a directive (whose effect can
 // depend on variables) or a nested field taking arguments. It walks the
 // AST itself rather than gqlgen's CollectFields, whose per-operation cache
-// an idle subscription would carry around.
+// an idle subscription would carry around. A fragment spread a second time
+// also makes it "": inlining every spread again would make the walk grow
+// with the expansion, not with the document (fragments spreading each
+// other twice per level double it each level).
 func fingerprint(oc *graphql.OperationContext, schema *ast.Schema) string {
 	var b strings.Builder
-	if schema.Subscription == nil || !writeSelection(&b, oc.Doc, oc.Operation.SelectionSet, schema.Subscription, schema, true) {
+	w := selectionWriter{b: &b, doc: oc.Doc, schema: schema, spread: map[string]bool{}}
+	if schema.Subscription == nil || !w.write(oc.Operation.SelectionSet, schema.Subscription, true) {
 		return ""
 	}
 	return b.String()
 }
 
-func writeSelection(b *strings.Builder, doc *ast.QueryDocument, set ast.SelectionSet, def *ast.Definition, schema *ast.Schema, root bool) bool {
+type selectionWriter struct {
+	b      *strings.Builder
+	doc    *ast.QueryDocument
+	schema *ast.Schema
+	spread map[string]bool
+}
+
+func (w selectionWriter) write(set ast.SelectionSet, def *ast.Definition, root bool) bool {
+	b, doc, schema := w.b, w.doc, w.schema
 	for _, sel := range set {
 		switch s := sel.(type) {
 		case *ast.Field:
@@ -602,7 +614,7 @@ func writeSelection(b *strings.Builder, doc *ast.QueryDocument, set ast.Selectio
 					return false
 				}
 				b.WriteByte('{')
-				if !writeSelection(b, doc, s.SelectionSet, child, schema, false) {
+				if !w.write(s.SelectionSet, child, false) {
 					return false
 				}
 				b.WriteByte('}')
@@ -612,15 +624,16 @@ func writeSelection(b *strings.Builder, doc *ast.QueryDocument, set ast.Selectio
 			if len(s.Directives) > 0 {
 				return false
 			}
-			if applies(def, s.TypeCondition) && !writeSelection(b, doc, s.SelectionSet, def, schema, root) {
+			if applies(def, s.TypeCondition) && !w.write(s.SelectionSet, def, root) {
 				return false
 			}
 		case *ast.FragmentSpread:
 			f := doc.Fragments.ForName(s.Name)
-			if len(s.Directives) > 0 || f == nil {
+			if len(s.Directives) > 0 || f == nil || w.spread[s.Name] {
 				return false
 			}
-			if applies(def, f.TypeCondition) && !writeSelection(b, doc, f.SelectionSet, def, schema, root) {
+			w.spread[s.Name] = true
+			if applies(def, f.TypeCondition) && !w.write(f.SelectionSet, def, root) {
 				return false
 			}
 		default:

@@ -308,6 +308,13 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 			c.recovered(o, rf, ctx, r)
 		}
 	}()
+	if check := c.t.opts.CheckPayload; check != nil {
+		if err := check(payload); err != nil {
+			resp := c.exec.DispatchError(ctx, gqlerror.List{{Message: err.Error(), Err: err}})
+			c.endEarly(o, "error", resp)
+			return
+		}
+	}
 	params := &graphql.RawParams{}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()

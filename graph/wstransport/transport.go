@@ -119,6 +119,11 @@ type Options struct {
 	// Log receives connection-level events (scheduled closes, clients cut
 	// off for being slow). Never a token or payload.
 	Log *slog.Logger
+	// CheckPayload, when set, vets a subscribe message's raw payload
+	// before it is decoded (the service refuses NUL, invalid UTF-8 and
+	// repeated keys there); an error fails the operation with an error
+	// message carrying it, passed through the server's error presenter.
+	CheckPayload func(payload []byte) error
 }
 
 // Defaults of Options.

@@ -1,0 +1,217 @@
+package graph_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/99designs/gqlgen/graphql"
+	"github.com/gorilla/websocket"
+
+	"github.com/voucherd/voucherd/graph"
+	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/ratelimit"
+	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/testdb"
+)
+
+// The two documents that held a core for seconds to minutes, sent
+// unauthenticated, each under 60 KiB: fragments spreading the next one
+// twice (the depth and cost walks expanded every spread again), and one
+// field repeated (validation's overlapping-fields rule compares every
+// pair). Both are now refused in milliseconds, while other requests are
+// served.
+func hostileDocuments() map[string]string {
+	var bomb strings.Builder
+	bomb.WriteString("query { ...F0 }\n")
+	for i := 0; i < 40; i++ {
+		fmt.Fprintf(&bomb, "fragment F%d on Query { ...F%d ...F%d }\n", i, i+1, i+1)
+	}
+	bomb.WriteString("fragment F40 on Query { viewer { id } }\n")
+	return map[string]string{
+		"fragment spreads doubling":  bomb.String(),
+		"repeated identical fields":  "{" + strings.Repeat(" viewer { __typename }", 2700) + " }",
+		"repeated fields in 30 KiB":  "{" + strings.Repeat(" viewer { __typename }", 1400) + " }",
+		"repeated fields in aliases": "{" + strings.Repeat(" a: viewer { id } a: viewer { id }", 1000) + " }",
+	}
+}
+
+func TestHostileDocumentsAreRefusedQuickly(t *testing.T) {
+	for _, dialect := range testdb.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			h := newHarness(t, dialect, harnessOptions{})
+			payer := h.device()
+			for name, q := range hostileDocuments() {
+				t.Run(name, func(t *testing.T) {
+					if len(q) >= 60<<10 {
+						t.Fatalf("%d bytes", len(q))
+					}
+					// Another caller is served while the document is refused.
+					var wg sync.WaitGroup
+					wg.Add(1)
+					var otherErr string
+					go func() {
+						defer wg.Done()
+						start := time.Now()
+						if _, r := h.post(payer.token, `{ viewer { id } }`, nil); len(r.Errors) > 0 || time.Since(start) > time.Second {
+							otherErr = fmt.Sprintf("%v %s", time.Since(start), r.raw)
+						}
+					}()
+					start := time.Now()
+					status, r := h.post("", q, nil)
+					took := time.Since(start)
+					wg.Wait()
+					if took > time.Second {
+						t.Fatalf("answered after %v", took)
+					}
+					if status != http.StatusOK || r.code() != "validation_failed" {
+						t.Fatalf("%d %.300s", status, r.raw)
+					}
+					if otherErr != "" {
+						t.Fatalf("the other request: %s", otherErr)
+					}
+				})
+			}
+		})
+	}
+}
+
+// A refused document spends budget: once it is spent, the caller is
+// answered 429 rate_limit, with the RateLimit headers, before any work.
+func TestRefusedDocumentsSpendRateLimit(t *testing.T) {
+	mode, err := ratelimit.ParseMode("spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cip, _ := httpx.NewClientIP(nil)
+	gate := ratelimit.NewGate(ratelimit.New(nil, mode.Table(), nil), mode, cip)
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.Options{RateLimit: gate}})
+	q := hostileDocuments()["repeated identical fields"]
+	limit := ratelimit.SpecTable()[ratelimit.VouchersRead].Limit
+	for i := 0; i < limit; i++ {
+		if status, r := h.post("", q, nil); status != http.StatusOK || r.code() != "validation_failed" {
+			t.Fatalf("refusal %d: %d %.200s", i, status, r.raw)
+		}
+	}
+	for name, body := range map[string]string{
+		"hostile document": q,
+		"parse error":      "{",
+		"unknown field":    "{ nope }",
+	} {
+		b, _ := jsonBody(body)
+		req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/graphql", bytes.NewReader(b))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || resp.Header.Get("RateLimit") == "" {
+			t.Fatalf("%s after the budget: %d %v", name, resp.StatusCode, resp.Header)
+		}
+	}
+	// A body breaking the text rules is refused and charged the same way.
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/graphql", strings.NewReader(`{"query":"{ viewer { id } }","query":"{ x }"}`))
+	req.Header.Set("Content-Type", "application/json")
+	if _, r := h.do(req); r.code() != "rate_limit" {
+		t.Fatalf("repeated key after the budget: %s", r.raw)
+	}
+}
+
+func jsonBody(query string) ([]byte, error) {
+	return []byte(fmt.Sprintf(`{"query":%q}`, query)), nil
+}
+
+// A query that does not finish within its time budget is answered when
+// the budget ends (unavailable), over HTTP and over a websocket.
+func TestTimeBudget(t *testing.T) {
+	slow := func(ctx context.Context, next graphql.Resolver) (any, error) {
+		if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Field.Name == "viewer" {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return next(ctx)
+	}
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.WithFieldHook(graph.Options{TimeBudget: 300 * time.Millisecond}, slow)})
+	payer := h.device()
+	start := time.Now()
+	_, r := h.post(payer.token, `{ viewer { id } }`, nil)
+	if d := time.Since(start); d > time.Second || r.code() != "unavailable" {
+		t.Fatalf("HTTP: %v %s", d, r.raw)
+	}
+	c := dialWS(t, h.ws, transportWS)
+	c.init(payer.token)
+	start = time.Now()
+	c.subscribe("1", `{ viewer { id } }`, nil)
+	if code := c.failure("1", 5*time.Second); code != "unavailable" || time.Since(start) > time.Second {
+		t.Fatalf("websocket: %v %s", time.Since(start), code)
+	}
+}
+
+// Text rules on the GraphQL door: a NUL or invalid UTF-8 in a string
+// argument (escaped in the document), a variable, or the body is
+// validation_failed; a repeated JSON key too.
+func TestGraphQLTextRules(t *testing.T) {
+	h := newHarness(t, storage.SQLite, harnessOptions{})
+	payer := h.device()
+	for name, body := range map[string]string{
+		"escaped NUL in an id":    `{"query":"{ voucher(id: \"vch_\\u0000\") { id } }"}`,
+		"NUL in the document":     `{"query":"{ voucher(id: \"vch_\u0000\") { id } }"}`,
+		"NUL in a variable":       `{"query":"query($id: ID!) { voucher(id: $id) { id } }","variables":{"id":"vch_\u0000"}}`,
+		"invalid UTF-8 variable":  "{\"query\":\"query($id: ID!) { voucher(id: $id) { id } }\",\"variables\":{\"id\":\"vch_\xff\"}}",
+		"lone surrogate variable": `{"query":"query($id: ID!) { voucher(id: $id) { id } }","variables":{"id":"\ud800"}}`,
+		"repeated key":            `{"query":"{ viewer { id } }","variables":{"a":1,"a":2}}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/graphql", strings.NewReader(body))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer "+payer.token)
+			status, r := h.do(req)
+			if r.code() != "validation_failed" || (status != http.StatusOK && status != http.StatusBadRequest) {
+				t.Fatalf("%d %s", status, r.raw)
+			}
+		})
+	}
+	req, _ := http.NewRequest(http.MethodGet, h.srv.URL+`/graphql?query=%7B+voucher(id:+"vch_%00")+%7B+id+%7D+%7D`, nil)
+	if status, r := h.do(req); status != http.StatusBadRequest || r.code() != "validation_failed" {
+		t.Fatalf("GET with NUL: %d %s", status, r.raw)
+	}
+}
+
+// A token given in the upgrade request's Authorization header (no token
+// in connection_init) ends the socket at its expiry too: 4403, the
+// subscription gone, and no query answered after.
+func TestWebsocketHeaderTokenExpires(t *testing.T) {
+	h := newHarness(t, storage.SQLite, harnessOptions{tokenTTL: 2 * time.Second})
+	for _, proto := range protocols {
+		t.Run(proto, func(t *testing.T) {
+			payer := h.device()
+			ses, _ := h.session(payer)
+			d := websocket.Dialer{Subprotocols: []string{proto}, HandshakeTimeout: 5 * time.Second}
+			conn, _, err := d.Dial(h.ws, http.Header{"Authorization": {"Bearer " + payer.token}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &wsClient{t: t, proto: proto, conn: conn, msgs: make(chan wsMsg, 256), done: make(chan struct{})}
+			go c.read()
+			t.Cleanup(func() { _ = conn.Close() })
+			c.init("")
+			// The header's principal is the caller: it may follow its session.
+			c.subscribe("1", sessionSub, map[string]any{"s": ses.ID})
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 1 })
+			code, text := c.closed(4 * time.Second)
+			if code != graph.CloseForbidden || !strings.Contains(text, "expired") {
+				t.Fatalf("close %d %q, want 4403 token expired", code, text)
+			}
+			if !payer.p.ExpiresAt.Add(-time.Second).Before(time.Now()) {
+				t.Fatalf("closed before the token expired (%v)", payer.p.ExpiresAt)
+			}
+			waitFor(t, 10*time.Second, func() bool { return h.hub.Stats().Subscriptions == 0 })
+		})
+	}
+}
