@@ -83,7 +83,7 @@ func (p *published) settlementsOf(id string) []*payment.Settlement {
 }
 
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	network  string
 	db       *storage.DB
 	chain    *fakeChain
@@ -93,6 +93,7 @@ type env struct {
 	vouchers *voucher.Service
 	settle   *settlement.Service
 	pub      *published
+	outbox   *webhook.Outbox
 	member   *auth.Principal
 	biz      *ent.Business
 }
@@ -101,7 +102,7 @@ var hashes atomic.Int64
 
 func newHash() string { return fmt.Sprintf("0x%064x", hashes.Add(1)+0xabc000) }
 
-func newEnv(t *testing.T, db *storage.DB, chain *fakeChain) *env {
+func newEnv(t testing.TB, db *storage.DB, chain *fakeChain) *env {
 	t.Helper()
 	fin, err := finance.New(finance.Default())
 	if err != nil {
@@ -113,11 +114,12 @@ func newEnv(t *testing.T, db *storage.DB, chain *fakeChain) *env {
 }
 
 // newEnvOn is an env whose network is verified on c.
-func newEnvOn(t *testing.T, db *storage.DB, fin *finance.Service, network string, c settlement.Chain) *env {
+func newEnvOn(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain) *env {
 	t.Helper()
 	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}}
 	var err error
 	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return voucher.View(v) }, Now: e.clock.Now})
+	e.outbox = outbox
 	e.settle, err = settlement.NewService(db, e.fin.Registry(), settlement.Options{
 		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: required}},
 		Events:   outbox, Publisher: e.pub, Now: e.clock.Now,
