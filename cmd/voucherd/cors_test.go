@@ -127,7 +127,7 @@ func TestCORS(t *testing.T) {
 			t.Errorf("Allow-Origin %q, want %q", got, allowedOrigin)
 		}
 		exposed := headerList(resp.Header.Get("Access-Control-Expose-Headers"))
-		for _, want := range []string{"ratelimit", "ratelimit-policy", "retry-after", "x-request-id"} {
+		for _, want := range []string{"idempotent-replayed", "ratelimit", "ratelimit-policy", "retry-after", "x-request-id"} {
 			if !exposed[want] {
 				t.Errorf("Expose-Headers %q lacks %s", resp.Header.Get("Access-Control-Expose-Headers"), want)
 			}

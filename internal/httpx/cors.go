@@ -13,8 +13,9 @@ var (
 	// CORSAllowedHeaders are the request headers a cross-origin page may
 	// send beyond the CORS-safelisted ones.
 	CORSAllowedHeaders = []string{"Authorization", "Content-Type", "Idempotency-Key", "X-Client-Secret", "X-Request-Id"}
-	// CORSExposedHeaders are the response headers such a page may read.
-	CORSExposedHeaders = []string{"RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-Id"}
+	// CORSExposedHeaders are the response headers such a page may read
+	// (Idempotent-Replayed tells a retrying page its answer is a replay).
+	CORSExposedHeaders = []string{"Idempotent-Replayed", "RateLimit", "RateLimit-Policy", "Retry-After", "X-Request-Id"}
 	// CORSAllowedMethods are the methods the API serves.
 	CORSAllowedMethods = []string{http.MethodGet, http.MethodPost}
 )
