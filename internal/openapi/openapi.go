@@ -6,7 +6,8 @@
 // the errors particular to it. Generate adds what the route table
 // (rest.Routes) decides, so it cannot drift: the security of the route's
 // token guard, the Idempotency-Key parameter, `Idempotent-Replayed` and the
-// 409/422 answers of every POST, 400 and 413 where a request carries input,
+// 409/422 answers and 413 of every POST, 400 everywhere (path and query
+// text rules),
 // 401/403 where a token is needed, 429 where a rate limit applies, 500
 // everywhere. Check lists every way the document and the routes disagree.
 // `make generate` (cmd/openapigen) writes rest/openapi.json; tests fail when
@@ -94,12 +95,9 @@ func complete(op obj, r rest.Route, comps obj) {
 		}
 	}
 	params, _ := op["parameters"].([]any)
-	hasQuery := false
-	for _, p := range params {
-		if pm, ok := p.(obj); ok && pm["in"] == "query" {
-			hasQuery = true
-		}
-	}
+	// Every route checks the text of its path and query (no NUL, valid
+	// UTF-8) before anything else reads them: any request may be a 400.
+	add("400", "BadRequest")
 	if r.Method == "POST" {
 		op["parameters"] = append(params, ref("#/components/parameters/IdempotencyKey"))
 		add("400", "BadRequest")
@@ -119,9 +117,6 @@ func complete(op obj, r rest.Route, comps obj) {
 			resp["headers"] = headers
 			responses[status] = resp
 		}
-	}
-	if hasQuery {
-		add("400", "BadRequest")
 	}
 	if r.Token != "none" {
 		add("401", "Unauthorized")
