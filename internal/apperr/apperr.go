@@ -46,6 +46,9 @@ const (
 	// flight (409).
 	IdempotencyKeyReused Code = "idempotency_key_reused"
 	IdempotencyConflict  Code = "idempotency_conflict"
+	// RateUnavailable: a negotiation needs a price the service does not
+	// have now (a stale or non-positive feed answer, a stale file price).
+	RateUnavailable Code = "rate_unavailable"
 )
 
 // HTTPStatus is the one table mapping codes to HTTP statuses.

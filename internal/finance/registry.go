@@ -23,6 +23,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/shopspring/decimal"
 
@@ -52,7 +53,31 @@ type Network struct {
 	// ChainID is a string because the API's is: an EVM chain id in decimal,
 	// or a Solana cluster name ("mainnet-beta").
 	ChainID string `json:"chainId"`
+
+	// The chain side (DECISIONS "Settlement: receipts are checked on
+	// chain"); never shown to clients: an RPC URL often holds an API key.
+
+	// RPCURL is the network's JSON-RPC endpoint (Ethereum JSON-RPC for evm,
+	// Solana JSON-RPC for solana). A network with one is verified: receipts
+	// are checked on chain. Empty: not verified.
+	RPCURL string `json:"-"`
+	// Confirmations is how many blocks make a payment confirmed (evm:
+	// head − block + 1 ≥ Confirmations; solana: the finalized commitment).
+	// At least 1; NewRegistry makes 0 DefaultConfirmations.
+	Confirmations uint64 `json:"-"`
+	// PollInterval is how often the network is polled; NewRegistry makes 0
+	// DefaultPollInterval.
+	PollInterval time.Duration `json:"-"`
 }
+
+// Defaults for a network's chain-side settings.
+const (
+	DefaultConfirmations = 1
+	DefaultPollInterval  = 2 * time.Second
+)
+
+// Verified reports whether receipts on n are checked on chain.
+func (n Network) Verified() bool { return n.RPCURL != "" }
 
 // Token is one currency on one network, as the currencies route shows it.
 type Token struct {
@@ -124,6 +149,12 @@ func NewRegistry(networks []Network, tokens []Token) (*Registry, error) {
 				p.add(at+".chainId", fmt.Sprintf("chain id %s already used by network %q", n.ChainID, other))
 			}
 			chainIDs[k] = n.Name
+		}
+		if n.Confirmations == 0 {
+			n.Confirmations = DefaultConfirmations
+		}
+		if n.PollInterval == 0 {
+			n.PollInterval = DefaultPollInterval
 		}
 		if _, dup := r.byName[n.Name]; !dup {
 			r.byName[n.Name] = len(r.networks)

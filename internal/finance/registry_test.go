@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/chain"
@@ -49,8 +50,11 @@ func TestDefaultRegistry(t *testing.T) {
 		}
 	}
 	wantNets := []Network{
-		{"ethereum", "evm", "1"}, {"polygon", "evm", "137"}, {"base", "evm", "8453"},
-		{"arbitrum", "evm", "42161"}, {"solana", "solana", "mainnet-beta"},
+		{Name: "ethereum", Type: "evm", ChainID: "1"}, {Name: "polygon", Type: "evm", ChainID: "137"}, {Name: "base", Type: "evm", ChainID: "8453"},
+		{Name: "arbitrum", Type: "evm", ChainID: "42161"}, {Name: "solana", Type: "solana", ChainID: "mainnet-beta"},
+	}
+	for i := range wantNets {
+		wantNets[i].Confirmations, wantNets[i].PollInterval = DefaultConfirmations, DefaultPollInterval
 	}
 	nets := reg.Networks()
 	if len(nets) != len(wantNets) {
@@ -291,6 +295,18 @@ func TestLoad(t *testing.T) {
 			[]string{`tokens[2].native: network "ethereum" already has a native currency`}},
 		{"missing updatedAt", `"updatedAt": "2026-01-01T00:00:00Z",`, ``, []string{"updatedAt: is required"}},
 		{"bad updatedAt", `2026-01-01T00:00:00Z`, `2026-01-01 00:00`, []string{"updatedAt: must be an RFC 3339 time"}},
+		{"rpcUrl not a URL", `"chainId": "1"}`, `"chainId": "1", "rpcUrl": "localhost:8545"}`, []string{"networks[0].rpcUrl: must be"}},
+		{"rpcUrl ws on solana", `"chainId": "mainnet-beta"}`, `"chainId": "mainnet-beta", "rpcUrl": "wss://x.example/KEY"}`, []string{"networks[1].rpcUrl: must be an http or https URL"}},
+		{"confirmations zero", `"chainId": "1"}`, `"chainId": "1", "confirmations": 0}`, []string{"networks[0].confirmations: must be an integer of at least 1"}},
+		{"confirmations fractional", `"chainId": "1"}`, `"chainId": "1", "confirmations": 1.5}`, []string{"cannot unmarshal"}},
+		{"pollInterval not a duration", `"chainId": "1"}`, `"chainId": "1", "pollInterval": "2"}`, []string{"networks[0].pollInterval: must be a Go duration"}},
+		{"pollInterval too short", `"chainId": "1"}`, `"chainId": "1", "pollInterval": "1ms"}`, []string{"networks[0].pollInterval"}},
+		{"feed without rpcUrl", `"prices": {"ETH": "3000", "USDC": "1"}`,
+			`"prices": {"USDC": "1"}, "priceFeeds": [{"currency": "ETH", "network": "ethereum", "address": "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419", "maxAge": "1h"}]`,
+			[]string{"priceFeeds[0].network: the network has no rpcUrl"}},
+		{"feed problems", `"prices": {"ETH": "3000", "USDC": "1"}`,
+			`"prices": {"ETH": "3000", "USDC": "1"}, "priceFeeds": [{"currency": "BTC", "network": "solana", "address": "0x5f4e", "maxAge": "-1h"}]`,
+			[]string{"priceFeeds[0].currency: no token uses this currency", "priceFeeds[0].network: price feeds are read on evm networks", "priceFeeds[0].address", "priceFeeds[0].maxAge: must be a positive Go duration"}},
 		{"several problems at once", `"ETH": "3000"`, `"ETH": "0", "XYZ": "1"`,
 			[]string{"(2 problem(s))", "prices.ETH: must be greater than zero", "prices.XYZ: no token uses this currency"}},
 	}
@@ -391,4 +407,42 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+func TestLoadChainSide(t *testing.T) {
+	withRPC := strings.Replace(baseConfig, `"chainId": "1"}`, `"chainId": "1", "rpcUrl": "https://rpc.example/v3/KEY", "confirmations": 12, "pollInterval": "4s"}`, 1)
+	cfg, err := Load([]byte(withRPC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eth, _ := cfg.Registry.Network("ethereum")
+	sol, _ := cfg.Registry.Network("solana")
+	if eth.RPCURL != "https://rpc.example/v3/KEY" || eth.Confirmations != 12 || eth.PollInterval != 4*time.Second || !eth.Verified() {
+		t.Fatalf("ethereum: %+v", eth)
+	}
+	if sol.RPCURL != "" || sol.Confirmations != DefaultConfirmations || sol.PollInterval != DefaultPollInterval || sol.Verified() {
+		t.Fatalf("solana defaults: %+v", sol)
+	}
+	if b, _ := json.Marshal(eth); strings.Contains(string(b), "KEY") {
+		t.Fatalf("a network's JSON shows its rpcUrl: %s", b)
+	}
+
+	feed := `"priceFeeds": [{"currency": "ETH", "network": "ethereum", "address": "0x5f4ec3df9cbd43714fe2740f5e3616155c5b8419", "maxAge": "1h"}]`
+	cfg, err = Load([]byte(strings.Replace(withRPC, `"prices": {"ETH": "3000", "USDC": "1"}`, `"prices": {"USDC": "1"}, `+feed, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Feeds) != 1 || cfg.Feeds[0] != (PriceFeed{Currency: "ETH", Network: "ethereum", Address: "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419", MaxAge: time.Hour}) {
+		t.Fatalf("feeds = %+v", cfg.Feeds)
+	}
+	// A feed's currency has no file price: two prices would be ambiguous.
+	_, err = Load([]byte(strings.Replace(withRPC, `"prices": {"ETH": "3000", "USDC": "1"}`, `"prices": {"ETH": "3000", "USDC": "1"}, `+feed, 1)))
+	if err == nil || !strings.Contains(err.Error(), "prices.ETH: has a price feed") {
+		t.Fatalf("feed and file price: %v", err)
+	}
+	dup := strings.Replace(feed, `]`, `, {"currency": "ETH", "network": "ethereum", "address": "0x5f4ec3df9cbd43714fe2740f5e3616155c5b8419", "maxAge": "1h"}]`, 1)
+	_, err = Load([]byte(strings.Replace(withRPC, `"prices": {"ETH": "3000", "USDC": "1"}`, `"prices": {"USDC": "1"}, `+dup, 1)))
+	if err == nil || !strings.Contains(err.Error(), "priceFeeds[1].currency: duplicate feed for ETH") {
+		t.Fatalf("duplicate feed: %v", err)
+	}
 }

@@ -93,7 +93,18 @@ func (s *Service) Currencies(_ context.Context, network string) ([]Token, error)
 type Rates struct {
 	Base  string            `json:"base"`
 	Rates map[string]string `json:"rates"`
-	// UpdatedAt is RFC 3339 in UTC with milliseconds.
+	// UpdatedAt is RFC 3339 in UTC with milliseconds: the oldest of the
+	// prices listed.
+	UpdatedAt string `json:"updatedAt"`
+	// Sources says, for each currency in Rates, where its price comes from
+	// ("feed": a Chainlink-compatible aggregator; "file": the finance file)
+	// and when it was observed.
+	Sources map[string]RateSource `json:"sources"`
+}
+
+// RateSource is one price's origin in GET /api/v1/finance/rates.
+type RateSource struct {
+	Source    string `json:"source"`
 	UpdatedAt string `json:"updatedAt"`
 }
 
@@ -103,16 +114,34 @@ type Rates struct {
 // the service accepts); a registry currency the source lacks is left out
 // rather than failing the whole list. A failing source is unavailable (503).
 func (s *Service) Rates(ctx context.Context) (Rates, error) {
-	all, at, err := s.prices.Rates(ctx)
-	if err != nil {
-		return Rates{}, unavailable(err)
-	}
-	out := Rates{Base: "USD", Rates: map[string]string{}, UpdatedAt: formatTime(at)}
-	for _, c := range s.reg.Currencies() {
-		if p, ok := all[c]; ok && p.Sign() > 0 {
-			out.Rates[c] = money.Format(p)
+	var all map[string]Price
+	if sr, ok := s.prices.(SourcedRates); ok {
+		var err error
+		if all, err = sr.SourcedRates(ctx); err != nil {
+			return Rates{}, unavailable(err)
+		}
+	} else {
+		vals, at, err := s.prices.Rates(ctx)
+		if err != nil {
+			return Rates{}, unavailable(err)
+		}
+		all = make(map[string]Price, len(vals))
+		for c, v := range vals {
+			all[c] = Price{Value: v, Source: SourceFile, UpdatedAt: at}
 		}
 	}
+	out := Rates{Base: "USD", Rates: map[string]string{}, Sources: map[string]RateSource{}}
+	var oldest time.Time
+	for _, c := range s.reg.Currencies() {
+		if p, ok := all[c]; ok && p.Value.Sign() > 0 {
+			out.Rates[c] = money.Format(p.Value)
+			out.Sources[c] = RateSource{Source: p.Source, UpdatedAt: formatTime(p.UpdatedAt)}
+			if oldest.IsZero() || p.UpdatedAt.Before(oldest) {
+				oldest = p.UpdatedAt
+			}
+		}
+	}
+	out.UpdatedAt = formatTime(oldest)
 	return out, nil
 }
 
@@ -215,17 +244,28 @@ func (s *Service) Quote(ctx context.Context, expected Payment, suppliedNetwork, 
 	return q, nil
 }
 
+// price is a currency's usable price. No price (ErrNoPrice: none in the
+// file, a stale file in production, a feed that is stale, not positive or
+// unreadable) is 400 rate_unavailable, naming the currency; any other
+// failure of the source is 503 unavailable.
 func (s *Service) price(ctx context.Context, currency string) (decimal.Decimal, time.Time, error) {
 	p, at, err := s.prices.Price(ctx, currency)
+	if errors.Is(err, ErrNoPrice) {
+		return decimal.Decimal{}, time.Time{}, rateUnavailable(currency, err)
+	}
 	if err != nil {
 		return decimal.Decimal{}, time.Time{}, unavailable(err)
 	}
 	if p.Sign() <= 0 {
-		// A broken feed must not turn into a division by zero or a
+		// A broken source must not turn into a division by zero or a
 		// negative amount.
-		return decimal.Decimal{}, time.Time{}, unavailable(fmt.Errorf("price source returned %s for %s", p, currency))
+		return decimal.Decimal{}, time.Time{}, rateUnavailable(currency, fmt.Errorf("price source returned %s for %s", p, currency))
 	}
 	return p, at, nil
+}
+
+func rateUnavailable(currency string, cause error) *apperr.Error {
+	return &apperr.Error{Code: apperr.RateUnavailable, Message: "no usable price for " + currency + " right now", Cause: cause}
 }
 
 // FormatRate renders an exchange rate as a canonical decimal string:

@@ -276,11 +276,11 @@ func TestQuotePriceFailures(t *testing.T) {
 	if q, err := testService(t, down).Quote(t.Context(), exp, "testnet", "A18"); err != nil || q.Amount != "1" {
 		t.Errorf("same token while feed down: %+v, %v", q, err)
 	}
-	if _, err := testService(t, prices("A18", "1")).Quote(t.Context(), exp, "testnet", "B18"); !apperr.HasCode(err, apperr.Unavailable) {
+	if _, err := testService(t, prices("A18", "1")).Quote(t.Context(), exp, "testnet", "B18"); !apperr.HasCode(err, apperr.RateUnavailable) {
 		t.Errorf("missing price: %v", err)
 	}
 	for _, bad := range []string{"0", "-2"} {
-		if _, err := testService(t, prices("A18", "1", "B18", bad)).Quote(t.Context(), exp, "testnet", "B18"); !apperr.HasCode(err, apperr.Unavailable) {
+		if _, err := testService(t, prices("A18", "1", "B18", bad)).Quote(t.Context(), exp, "testnet", "B18"); !apperr.HasCode(err, apperr.RateUnavailable) {
 			t.Errorf("price %s: %v", bad, err)
 		}
 	}
@@ -339,7 +339,9 @@ func TestRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(r)
-	want := `{"base":"USD","rates":{"DAI":"1","ETH":"3000","POL":"0.5","SOL":"150","USDC":"1","USDT":"1"},"updatedAt":"2026-01-01T00:00:00.000Z"}`
+	f := `{"source":"file","updatedAt":"2026-01-01T00:00:00.000Z"}`
+	want := `{"base":"USD","rates":{"DAI":"1","ETH":"3000","POL":"0.5","SOL":"150","USDC":"1","USDT":"1"},"updatedAt":"2026-01-01T00:00:00.000Z",` +
+		`"sources":{"DAI":` + f + `,"ETH":` + f + `,"POL":` + f + `,"SOL":` + f + `,"USDC":` + f + `,"USDT":` + f + `}}`
 	if string(b) != want {
 		t.Errorf("rates = %s\nwant    %s", b, want)
 	}
@@ -352,7 +354,8 @@ func TestRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = json.Marshal(r)
-	want = `{"base":"USD","rates":{"A18":"1.5","B18":"0.000000000000000001"},"updatedAt":"2026-03-04T03:06:07.891Z"}`
+	f = `{"source":"file","updatedAt":"2026-03-04T03:06:07.891Z"}`
+	want = `{"base":"USD","rates":{"A18":"1.5","B18":"0.000000000000000001"},"updatedAt":"2026-03-04T03:06:07.891Z","sources":{"A18":` + f + `,"B18":` + f + `}}`
 	if string(b) != want {
 		t.Errorf("rates = %s\nwant    %s", b, want)
 	}
