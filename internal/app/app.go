@@ -34,6 +34,7 @@ import (
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/settlement"
+	"github.com/voucherd/voucherd/internal/settlement/networks"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -82,6 +83,11 @@ type App struct {
 	// Idempotency keeps the answers of REST POSTs sent with an
 	// Idempotency-Key.
 	Idempotency *idempotency.Store
+	// Chains are the dialed nodes of the finance file's networks that have
+	// an rpcUrl (chain id checked at start), by network name; the settlement
+	// watcher polls them.
+	Chains   map[string]settlement.Chain
+	networks *networks.Set
 
 	handler http.Handler
 	wg      sync.WaitGroup
@@ -157,7 +163,7 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 	a.buildWebhooks()
-	if err := a.buildVouchers(); err != nil {
+	if err := a.buildVouchers(ctx); err != nil {
 		return err
 	}
 
@@ -344,7 +350,7 @@ func (a *App) sweep(ctx context.Context) error {
 // VOUCHER_FINANCE_FILE (the embedded development default when unset), the
 // FX spread, the voucher lifetime, the outbox as its event sink and the
 // hub as its publisher.
-func (a *App) buildVouchers() error {
+func (a *App) buildVouchers(ctx context.Context) error {
 	cfg := a.Config
 	fc := finance.Default()
 	if cfg.FinanceFile != "" {
@@ -353,7 +359,40 @@ func (a *App) buildVouchers() error {
 			return fmt.Errorf("VOUCHER_FINANCE_FILE: %w", err)
 		}
 	}
-	fin, err := finance.New(fc, finance.WithSpreadBps(int64(cfg.FXSpreadBps)))
+	// Dial every network with an rpcUrl and check its chain id; in
+	// production refuse networks with tokens and no rpcUrl unless
+	// VOUCHER_TRUST_RECEIPTS.
+	set, err := networks.Dial(ctx, fc.Registry, networks.Options{
+		Production: !cfg.IsDevelopment(), TrustReceipts: cfg.TrustReceipts,
+		Timeout: cfg.RPCTimeout, Log: a.Log,
+	})
+	if err != nil {
+		return err
+	}
+	a.networks, a.Chains = set, set.Chains
+	// The settlement watcher polls every dialed network, at the finance
+	// file's confirmations and pollInterval (a network a test injected
+	// with WithSettlementNetworks keeps its own chain).
+	injected := map[string]bool{}
+	for _, n := range a.chains {
+		injected[n.Name] = true
+	}
+	for _, n := range fc.Registry.Networks() {
+		if c, ok := set.Chains[n.Name]; ok && !injected[n.Name] {
+			a.chains = append(a.chains, settlement.Network{
+				Name: n.Name, Chain: c, Confirmations: int(n.Confirmations), PollInterval: n.PollInterval,
+			})
+		}
+	}
+	live := finance.LiveOptions{}
+	if !cfg.IsDevelopment() {
+		live.FileMaxAge = cfg.PriceMaxAge
+	}
+	prices, err := finance.NewLivePrices(fc, set.Feeds, live)
+	if err != nil {
+		return err
+	}
+	fin, err := finance.New(fc, finance.WithSpreadBps(int64(cfg.FXSpreadBps)), finance.WithPriceSource(prices))
 	if err != nil {
 		return err
 	}
@@ -391,6 +430,9 @@ func (a *App) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 	}
 	a.closePubsub(ctx)
+	if a.networks != nil {
+		a.networks.Close()
+	}
 	return a.DB.Close()
 }
 

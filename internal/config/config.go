@@ -47,7 +47,15 @@ type Config struct {
 	ResourceTokenTTL     time.Duration
 	FinanceFile          string
 	FXSpreadBps          int
-	TrustedProxies       string
+	// TrustReceipts lets production start with networks that have tokens
+	// and no rpcUrl (their receipts unchecked: unsafe).
+	TrustReceipts bool
+	// PriceMaxAge: in production a file price older than this (against the
+	// finance file's updatedAt) is no price.
+	PriceMaxAge time.Duration
+	// RPCTimeout bounds each request to a network's node.
+	RPCTimeout     time.Duration
+	TrustedProxies string
 	// CORSOrigins are the browser origins allowed to call /api/v1 and
 	// /graphql (parsed and normalised by Load).
 	CORSOrigins     []string
@@ -87,6 +95,9 @@ var Vars = []Var{
 	{"VOUCHER_RESOURCE_TOKEN_TTL", "resource-token-ttl", "15m", "resource token lifetime (never past its context's expiry)"},
 	{"VOUCHER_FINANCE_FILE", "finance-file", "", "token registry and price file (JSON); the built-in development default when unset"},
 	{"VOUCHER_FX_SPREAD_BPS", "fx-spread-bps", "0", "FX spread in basis points added to negotiated amounts"},
+	{"VOUCHER_TRUST_RECEIPTS", "trust-receipts", "false", "UNSAFE: in production, start even when a network with tokens has no rpcUrl (its receipts are then not checked on chain)"},
+	{"VOUCHER_PRICE_MAX_AGE", "price-max-age", "24h", "in production, a finance-file price older than this (against the file's updatedAt) is no price (400 rate_unavailable)"},
+	{"VOUCHER_RPC_TIMEOUT", "rpc-timeout", "10s", "bound on each request to a network's JSON-RPC node (and on the chain id check at start)"},
 	{"VOUCHER_TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For is trusted for client addresses"},
 	{"VOUCHER_CORS_ORIGINS", "cors-origins", "", "comma-separated browser origins (scheme://host[:port]) allowed to call /api/v1 and /graphql and to open its websocket; empty = no cross-origin access"},
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
@@ -146,6 +157,8 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		SessionTTL:           dur("VOUCHER_SESSION_TTL"),
 		ResourceTokenTTL:     dur("VOUCHER_RESOURCE_TOKEN_TTL"),
 		FinanceFile:          get("VOUCHER_FINANCE_FILE"),
+		PriceMaxAge:          dur("VOUCHER_PRICE_MAX_AGE"),
+		RPCTimeout:           dur("VOUCHER_RPC_TIMEOUT"),
 		TrustedProxies:       get("VOUCHER_TRUSTED_PROXIES"),
 		LogLevel:             strings.ToLower(get("VOUCHER_LOG_LEVEL")),
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
@@ -157,6 +170,11 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		bad("VOUCHER_DB_PREPARE", "want true or false, got %q", get("VOUCHER_DB_PREPARE"))
 	} else {
 		c.DBPrepare = b
+	}
+	if b, err := strconv.ParseBool(get("VOUCHER_TRUST_RECEIPTS")); err != nil {
+		bad("VOUCHER_TRUST_RECEIPTS", "want true or false, got %q", get("VOUCHER_TRUST_RECEIPTS"))
+	} else {
+		c.TrustReceipts = b
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_WEBHOOK_ALLOW_PRIVATE")); err != nil {
 		bad("VOUCHER_WEBHOOK_ALLOW_PRIVATE", "want true or false, got %q", get("VOUCHER_WEBHOOK_ALLOW_PRIVATE"))
