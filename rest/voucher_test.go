@@ -578,6 +578,9 @@ func testFinanceRoutes(t *testing.T, h *vHarness) {
 	if rates["base"] != "USD" || rs["ETH"] != "3000" || rs["USDC"] != "1" || rs["POL"] != "0.5" || !vAPITime.MatchString(str(rates, "updatedAt")) {
 		t.Fatalf("rates %v", rates)
 	}
+	if src, _ := rates["sources"].(map[string]any); src == nil || fmt.Sprint(src["ETH"]) != "map[source:file updatedAt:"+str(rates, "updatedAt")+"]" {
+		t.Fatalf("rates sources %v", rates["sources"])
+	}
 }
 
 // Expiry: reads show an expired voucher as DISCARDED at once, transitions
