@@ -106,4 +106,3 @@ func TestStartChecksChains(t *testing.T) {
 		t.Fatalf("the start log should say the network is verified, without its URL:\n%s", s.Logs())
 	}
 }
-
