@@ -7,8 +7,13 @@ TEST_TIMEOUT ?= 20m
 
 .PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres ensure-chromium fuzz
 
+## run: the dev chain (cmd/devchain: an in-process go-ethereum chain served
+## on 127.0.0.1:8545, dev tokens at fixed addresses) and the service on the
+## embedded database, wired to it by dev/finance.json. See docs/settlement.md.
 run:
-	$(GO) run ./cmd/voucherd
+	$(GO) build -o bin/voucherd ./cmd/voucherd
+	$(GO) build -o bin/devchain ./cmd/devchain
+	@bash scripts/run-dev.sh
 
 build:
 	$(GO) build -o bin/voucherd ./cmd/voucherd

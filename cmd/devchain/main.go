@@ -1,0 +1,267 @@
+// Command devchain is the local EVM chain `make run` pays on: go-ethereum's
+// in-process simulated chain (ethclient/simulated) served as Ethereum
+// JSON-RPC over HTTP, so no outside node is needed. It prefunds the five
+// well-known development accounts (testchain.DevKeys: anvil's and hardhat's
+// defaults, public keys for test money only), deploys the dev tokens and an
+// ETH/USD price feed at fixed addresses (deployer account 0, nonces 0, 1,
+// 2), seals a block after every transaction it receives and an empty one
+// every -block-time, so confirmations grow.
+//
+//	devchain [-addr 127.0.0.1:8545] [-block-time 2s]
+//	devchain send -to 0xPAYEE -currency USDC -amount 12.5 [-from 1] [-rpc URL]
+//
+// `send` signs and sends a real transfer (a dev token, or ETH) from a dev
+// account and prints its transaction hash: the README's first session pays a
+// voucher with it. It works against any node that prefunds the dev accounts
+// and has the dev tokens (devchain, or anvil after the same deployments).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/ethclient"
+	"github.com/shopspring/decimal"
+
+	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+)
+
+func main() {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "send" {
+		err = send(os.Args[2:])
+	} else {
+		err = serve(os.Args[1:])
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "devchain:", err)
+		os.Exit(1)
+	}
+}
+
+// DevToken is a token the dev chain deploys.
+type DevToken struct {
+	Symbol   string
+	Decimals uint8
+	Nonce    uint64 // the deployer's nonce: fixes the address
+}
+
+// Tokens are deployed by DevAccount(0) in this order, so each one's address
+// is CreateAddress(account 0, Nonce) on a fresh chain.
+var Tokens = []DevToken{{"USDC", 6, 0}, {"DAI", 18, 1}}
+
+// FeedNonce is the ETH/USD aggregator's deployment nonce (8 decimals).
+const FeedNonce = 2
+
+// ETHUSD is the dev feed's answer (3000 USD, 8 decimals), refreshed with the
+// current time every minute so a maxAge of minutes holds.
+var ETHUSD = big.NewInt(3000_00000000)
+
+func tokenAddress(symbol string) (common.Address, DevToken, bool) {
+	for _, t := range Tokens {
+		if t.Symbol == symbol {
+			return testchain.CreateAddress(testchain.DevAccount(0).Address, t.Nonce), t, true
+		}
+	}
+	return common.Address{}, DevToken{}, false
+}
+
+func serve(args []string) error {
+	fs := flag.NewFlagSet("devchain", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8545", "JSON-RPC listen address")
+	blockTime := fs.Duration("block-time", 2*time.Second, "seal an empty block this often (0: only on transactions)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	var funded []common.Address
+	for i := range testchain.DevKeys {
+		funded = append(funded, testchain.DevAccount(i).Address)
+	}
+	sim := testchain.NewSim(funded...)
+	defer sim.Close()
+	var mu sync.Mutex // one Commit at a time
+	commit := func() { mu.Lock(); sim.Commit(); mu.Unlock() }
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := deploy(ctx, sim, commit); err != nil {
+		return fmt.Errorf("deploying the dev contracts: %w", err)
+	}
+
+	srv := &http.Server{Handler: testchain.Handler(sim.RPC, commit), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		<-ctx.Done()
+		_ = srv.Close()
+	}()
+	go tick(ctx, sim, commit, *blockTime, log)
+
+	attrs := []any{"rpc", "http://" + ln.Addr().String(), "chainId", testchain.SimChainID}
+	for _, t := range Tokens {
+		a, _, _ := tokenAddress(t.Symbol)
+		attrs = append(attrs, t.Symbol, a.Hex())
+	}
+	attrs = append(attrs, "ETH/USD feed", testchain.CreateAddress(funded[0], FeedNonce).Hex())
+	log.Info("devchain ready", attrs...)
+	for i, a := range funded {
+		log.Info("dev account (public test key: test money only)", "index", i, "address", a.Hex(), "key", "0x"+testchain.DevKeys[i])
+	}
+	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// deploy puts the dev tokens and the feed at their fixed addresses and
+// mints every dev account 1,000,000 of each token.
+func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
+	owner := testchain.DevAccount(0)
+	for _, t := range Tokens {
+		if _, err := testchain.Send(ctx, sim.Client, owner, nil, nil, testchain.DeployTokenData("Dev "+t.Symbol, t.Symbol, t.Decimals), 0); err != nil {
+			return err
+		}
+		commit()
+	}
+	if _, err := testchain.Send(ctx, sim.Client, owner, nil, nil, testchain.DeployAggregatorData(8, "ETH / USD (dev)"), 0); err != nil {
+		return err
+	}
+	commit()
+	for _, t := range Tokens {
+		a, _, _ := tokenAddress(t.Symbol)
+		amount := new(big.Int).Mul(big.NewInt(1_000_000), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Decimals)), nil))
+		for i := range testchain.DevKeys {
+			if _, err := testchain.Send(ctx, sim.Client, owner, &a, nil, testchain.MintData(testchain.DevAccount(i).Address, amount), 0); err != nil {
+				return err
+			}
+		}
+	}
+	commit()
+	if err := refreshFeed(ctx, sim, commit); err != nil {
+		return err
+	}
+	// Check the fixed addresses hold code: a change in the order above
+	// would otherwise move a token silently.
+	for _, t := range Tokens {
+		a, _, _ := tokenAddress(t.Symbol)
+		code, err := sim.Client.CodeAt(ctx, a, nil)
+		if err != nil || len(code) == 0 {
+			return fmt.Errorf("%s is not at %s", t.Symbol, a.Hex())
+		}
+	}
+	return nil
+}
+
+func refreshFeed(ctx context.Context, sim *testchain.Sim, commit func()) error {
+	feed := testchain.CreateAddress(testchain.DevAccount(0).Address, FeedNonce)
+	_, err := testchain.Send(ctx, sim.Client, testchain.DevAccount(0), &feed, nil, testchain.SetAnswerData(ETHUSD, time.Now()), 0)
+	if err == nil {
+		commit()
+	}
+	return err
+}
+
+// tick seals an empty block every d (so a payment's confirmations grow
+// without further transactions) and refreshes the price feed every minute.
+func tick(ctx context.Context, sim *testchain.Sim, commit func(), d time.Duration, log *slog.Logger) {
+	feed := time.NewTicker(time.Minute)
+	defer feed.Stop()
+	var blocks <-chan time.Time
+	if d > 0 {
+		t := time.NewTicker(d)
+		defer t.Stop()
+		blocks = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-blocks:
+			commit()
+		case <-feed.C:
+			if err := refreshFeed(ctx, sim, commit); err != nil {
+				log.Warn("refreshing the ETH/USD feed", "err", err.Error())
+			}
+		}
+	}
+}
+
+func send(args []string) error {
+	fs := flag.NewFlagSet("devchain send", flag.ContinueOnError)
+	rpcURL := fs.String("rpc", "http://127.0.0.1:8545", "JSON-RPC endpoint")
+	from := fs.Int("from", 1, "dev account index (0-4) paying")
+	to := fs.String("to", "", "recipient address (the voucher's expectedPayment.wallet.address)")
+	currency := fs.String("currency", "USDC", "ETH or a dev token symbol (USDC, DAI)")
+	amount := fs.String("amount", "", "decimal amount, e.g. 12.5")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if !common.IsHexAddress(*to) {
+		return errors.New("-to: want a 0x address")
+	}
+	if *from < 0 || *from >= len(testchain.DevKeys) {
+		return fmt.Errorf("-from: want 0 to %d", len(testchain.DevKeys)-1)
+	}
+	decimals := uint8(18)
+	var token common.Address
+	if sym := strings.ToUpper(*currency); sym != "ETH" {
+		var t DevToken
+		var ok bool
+		if token, t, ok = tokenAddress(sym); !ok {
+			return fmt.Errorf("-currency: unknown dev token %q", *currency)
+		}
+		decimals = t.Decimals
+	}
+	d, err := decimal.NewFromString(*amount)
+	if err != nil || d.Sign() <= 0 {
+		return errors.New("-amount: want a positive decimal")
+	}
+	units := d.Shift(int32(decimals))
+	if !units.IsInteger() {
+		return fmt.Errorf("-amount: more than %d decimals", decimals)
+	}
+	value := units.BigInt()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, err := ethclient.DialContext(ctx, *rpcURL)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	payee := common.HexToAddress(*to)
+	var h common.Hash
+	if token == (common.Address{}) {
+		h, err = testchain.Send(ctx, c, testchain.DevAccount(*from), &payee, value, nil, 0)
+	} else {
+		h, err = testchain.Send(ctx, c, testchain.DevAccount(*from), &token, nil, testchain.TransferData(payee, value), 0)
+	}
+	if err != nil {
+		return err
+	}
+	r, err := testchain.Wait(ctx, c, h)
+	if err != nil {
+		return err
+	}
+	if r.Status != 1 {
+		return fmt.Errorf("transaction %s reverted", h.Hex())
+	}
+	fmt.Println(h.Hex())
+	return nil
+}
