@@ -27,8 +27,6 @@ const (
 // observation is what one poll saw of a network.
 type observation struct {
 	head uint64
-	// blocks are the canonical hashes at the heights asked for.
-	blocks map[uint64]string
 	// txs are the transactions looked up in this poll, by canonical hash.
 	txs map[string]Tx
 }
