@@ -50,6 +50,24 @@ func ActiveMemberBusinessIDs(ctx context.Context, c *ent.Client, userID string) 
 	return ids, nil
 }
 
+// MemberBusinessIDs lists the businesses in which userID is a member,
+// split by the membership's status.
+func MemberBusinessIDs(ctx context.Context, c *ent.Client, userID string) (active, inactive []string, err error) {
+	rows, err := c.BusinessUser.Query().Where(businessuser.UserID(userID)).
+		Select(businessuser.FieldBusinessID, businessuser.FieldStatus).All(ctx)
+	if err != nil {
+		return nil, nil, apperr.InternalError(err)
+	}
+	for _, m := range rows {
+		if m.Status == businessuser.StatusACTIVE {
+			active = append(active, m.BusinessID)
+		} else {
+			inactive = append(inactive, m.BusinessID)
+		}
+	}
+	return active, inactive, nil
+}
+
 // CanManage reports whether a membership may change the business: update
 // it, manage members and webhooks, retry deliveries (OWNER or ADMIN).
 func CanManage(m *ent.BusinessUser) bool {

@@ -114,8 +114,8 @@ func paymentCount(v *ent.Voucher) int {
 }
 
 // InteropInit stores the payer's signature submission for one payment of
-// voucher voucherID, or of in.Vid when given (a voucher the caller may
-// see). Posting the same submission id again with the same content returns
+// voucher voucherID, or of in.Vid when given (a voucher the caller is the
+// payer of, too). Posting the same submission id again with the same content returns
 // the stored submission, whatever has happened to the voucher since; other
 // content under a used id is already_exists.
 func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropInitInput) (*Submission, error) {
@@ -127,20 +127,18 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	if err != nil {
 		return nil, err
 	}
-	if rolesOf(p, path)&rolesFor(OpInteropInit) == 0 {
-		return nil, errNotFound
+	if r, err := rolesIn(ctx, s.db.Client, p, path); err != nil || r&rolesFor(OpInteropInit) == 0 {
+		return nil, firstErr(err, errNotFound)
 	}
 	target := path
 	if in.Vid != nil && *in.Vid != voucherID {
+		// The caller must be the payer of vid too (DECISIONS.md,
+		// "Hardening"): seeing a voucher is not acting on it.
 		if target, err = s.load(ctx, s.db.Prepared, *in.Vid, false); err != nil {
 			return nil, err
 		}
-		ok, err := s.Visible(ctx, p, target)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, errNotFound
+		if r, err := rolesIn(ctx, s.db.Client, p, target); err != nil || r&rolesFor(OpInteropInit) == 0 {
+			return nil, firstErr(err, errNotFound)
 		}
 	}
 	if err := checkInteropShape(in); err != nil {
@@ -192,6 +190,14 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 		return nil, apperr.InternalError(err)
 	}
 	return submissionView(row), nil
+}
+
+// firstErr is err when there is one, else fallback.
+func firstErr(err, fallback error) error {
+	if err != nil {
+		return err
+	}
+	return fallback
 }
 
 func equalPtr(a, b *string) bool {

@@ -12,6 +12,7 @@ import (
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -208,7 +209,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, err
 		}
 		now := s.clock()
-		if err := s.decide(p, t, cur, now); err != nil {
+		if err := s.decide(ctx, s.db.Client, p, t, cur, now); err != nil {
 			return nil, err
 		}
 		var next *ent.Voucher
@@ -260,7 +261,7 @@ func (s *Service) applyInTx(ctx context.Context, p *auth.Principal, id string, t
 			return err
 		}
 		now := s.clock()
-		if err := s.decide(p, t, prev, now); err != nil {
+		if err := s.decide(ctx, tx.Client(), p, t, prev, now); err != nil {
 			return err
 		}
 		next, err = s.applyGuarded(ctx, tx, p, id, t, prev, now)
@@ -303,9 +304,16 @@ func (s *Service) load(ctx context.Context, q querier, id string, lock bool) (*e
 // visibility, then state (expired/discarded, then the spec's state codes),
 // then the body against the voucher. The body's own shape was checked
 // before (and a body that failed it never reaches here).
-func (s *Service) decide(p *auth.Principal, t *transition, cur *ent.Voucher, now time.Time) error {
-	if rolesOf(p, cur)&rolesFor(t.op) == 0 {
+func (s *Service) decide(ctx context.Context, c *ent.Client, p *auth.Principal, t *transition, cur *ent.Voucher, now time.Time) error {
+	r, err := rolesIn(ctx, c, p, cur)
+	if err != nil {
+		return err
+	}
+	if r&rolesFor(t.op) == 0 {
 		return errNotFound
+	}
+	if err := businessActiveFor(ctx, c, t.op, cur); err != nil {
+		return err
 	}
 	if err := stateErr(cur, now, t.from, t.wrongState); err != nil {
 		return err
@@ -350,10 +358,28 @@ func (s *Service) reject(ctx context.Context, p *auth.Principal, op Op, id strin
 	if err != nil {
 		return err
 	}
-	if rolesOf(p, v)&rolesFor(op) == 0 {
+	r, err := rolesIn(ctx, s.db.Client, p, v)
+	if err != nil {
+		return err
+	}
+	if r&rolesFor(op) == 0 {
 		return errNotFound
 	}
 	return bodyErr
+}
+
+// businessActiveFor refuses redeem and negotiate of an INACTIVE business's
+// voucher (business_inactive); resolve and discard stay allowed, since the
+// payer may have paid (DECISIONS.md, "Hardening").
+func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher) error {
+	if v.BusinessID == nil || (op != OpRedeem && op != OpNegotiate) {
+		return nil
+	}
+	b, err := c.Business.Get(ctx, *v.BusinessID)
+	if err != nil {
+		return apperr.InternalError(err)
+	}
+	return business.RequireActive(b)
 }
 
 // Reject is for a door that could not decode a request body for op on

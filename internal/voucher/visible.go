@@ -16,7 +16,7 @@ import (
 
 // VisibleQuery returns a query over exactly the vouchers the caller may
 // see, those Get returns: as payee, as payer, or as an ACTIVE member of
-// their business. The GraphQL vouchers connection paginates it.
+// their business, payee and payer bound by membership as in rolesIn. The GraphQL vouchers connection paginates it.
 func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
 	p, err := auth.RequireAny(ctx)
 	if err != nil {
@@ -24,12 +24,20 @@ func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
 	}
 	who := []predicate.Voucher{entvoucher.PayeeID(p.ID), entvoucher.PayerID(p.ID)}
 	if p.Kind == auth.KindUser {
-		biz, err := business.ActiveMemberBusinessIDs(ctx, s.db.Client, p.ID)
+		// Roles bound by membership (rolesIn): the payee of a business
+		// voucher sees it as an ACTIVE member; a payer whose membership
+		// in the business is INACTIVE does not see its vouchers.
+		active, inactive, err := business.MemberBusinessIDs(ctx, s.db.Client, p.ID)
 		if err != nil {
 			return nil, err
 		}
-		if len(biz) > 0 {
-			who = append(who, entvoucher.BusinessIDIn(biz...))
+		payer := entvoucher.PayerID(p.ID)
+		if len(inactive) > 0 {
+			payer = entvoucher.And(payer, entvoucher.Or(entvoucher.BusinessIDIsNil(), entvoucher.BusinessIDNotIn(inactive...)))
+		}
+		who = []predicate.Voucher{entvoucher.And(entvoucher.PayeeID(p.ID), entvoucher.BusinessIDIsNil()), payer}
+		if len(active) > 0 {
+			who = append(who, entvoucher.BusinessIDIn(active...))
 		}
 	}
 	return s.db.Voucher.Query().Where(entvoucher.Or(who...)), nil

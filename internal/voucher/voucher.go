@@ -212,18 +212,48 @@ func rolesOf(p *auth.Principal, v *ent.Voucher) role {
 
 var errNotFound = apperr.New(apperr.NotFound, "voucher not found")
 
+// rolesIn is rolesOf bound by the caller's membership in the voucher's
+// business (DECISIONS.md, "Hardening"): a user whose membership in it is
+// not ACTIVE holds no role on its vouchers, not even the payee role on
+// those it reserved, and the payee role on a business voucher needs an
+// ACTIVE membership. c is the client (or transaction's client) to ask.
+// Vouchers without a business, and callers other than users, need no
+// query.
+func rolesIn(ctx context.Context, c *ent.Client, p *auth.Principal, v *ent.Voucher) (role, error) {
+	r := rolesOf(p, v)
+	if r == 0 || v.BusinessID == nil || p.Kind != auth.KindUser {
+		return r, nil
+	}
+	statuses, err := c.BusinessUser.Query().
+		Where(businessuser.BusinessID(*v.BusinessID), businessuser.UserID(p.ID)).
+		Select(businessuser.FieldStatus).Strings(ctx)
+	if err != nil {
+		return 0, apperr.InternalError(err)
+	}
+	switch {
+	case len(statuses) == 0:
+		r &^= rolePayee // never a member: it cannot have reserved it as one
+	case statuses[0] != string(businessuser.StatusACTIVE):
+		r = 0
+	}
+	return r, nil
+}
+
 // Visible reports whether p may see v (get it, find it in a query, watch
 // it): its payee, its payer, or an ACTIVE member of its business (ACTIVE or
-// INACTIVE). Subscriptions call it to filter changes without reloading v.
+// INACTIVE), with the payee and payer roles bound by membership (rolesIn). Subscriptions call it to filter changes without reloading v.
 func (s *Service) Visible(ctx context.Context, p *auth.Principal, v *ent.Voucher) (bool, error) {
 	if p == nil || v == nil {
 		return false, nil
 	}
-	if rolesOf(p, v) != 0 {
-		return true, nil
-	}
 	if v.BusinessID == nil || p.Kind != auth.KindUser {
-		return false, nil
+		return rolesOf(p, v) != 0, nil
+	}
+	if rolesOf(p, v) != 0 {
+		r, err := rolesIn(ctx, s.db.Client, p, v)
+		if err != nil || r != 0 {
+			return r != 0, err
+		}
 	}
 	ok, err := s.db.BusinessUser.Query().
 		Where(businessuser.BusinessID(*v.BusinessID), businessuser.UserID(p.ID), businessuser.StatusEQ(businessuser.StatusACTIVE)).
