@@ -123,7 +123,14 @@ func TestFoundationEndToEnd(t *testing.T) {
 			if g = srv.GraphQL(t, other.Token, `{ voucherSessions { totalCount } }`, nil); !strings.Contains(string(g.Data), `"totalCount":0`) {
 				t.Fatalf("another payer sees someone's sessions: %s", g.Data)
 			}
-			if g = srv.GraphQL(t, payee.Token, `{ voucherSessions { totalCount } }`, nil); g.ErrorCode() != "forbidden" {
+			// The first session was closed above, which ended its resource
+			// token (DECISIONS.md, "Hardening"); a live one is forbidden.
+			if g = srv.GraphQL(t, payee.Token, `{ voucherSessions { totalCount } }`, nil); g.ErrorCode() != "unauthorized" {
+				t.Fatalf("the token of a closed session lists sessions: %s %+v", g.Data, g.Errors)
+			}
+			_, liveCode := srv.Session(t, payer)
+			live := srv.Resource(t, liveCode)
+			if g = srv.GraphQL(t, live.Token, `{ voucherSessions { totalCount } }`, nil); g.ErrorCode() != "forbidden" {
 				t.Fatalf("a resource token lists sessions: %s %+v", g.Data, g.Errors)
 			}
 			if g = srv.GraphQL(t, payer.Token, `{ voucherSessions(first: 101) { totalCount } }`, nil); g.ErrorCode() != "validation_failed" {

@@ -189,7 +189,7 @@ func (a *App) build(ctx context.Context) error {
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
 		Hub:        a.Hub,
-	}, graph.Options{Log: a.Log, Verifier: a.Issuer, Development: cfg.IsDevelopment(), RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin})
+	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin})
 
 	mux := http.NewServeMux()
 	rest.Register(mux, rest.Services{
@@ -222,7 +222,7 @@ func (a *App) build(ctx context.Context) error {
 	mux.HandleFunc("/", httpx.NotFound)
 	// CORS sits outside authentication so that a refused token's 401 still
 	// reaches the page that sent it; gzip outside both compresses errors too.
-	a.handler = httpx.Middleware(a.Log, metrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Issuer, httpx.Routes(mux)))))
+	a.handler = httpx.Middleware(a.Log, metrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Sessions.Verifier(a.Issuer), httpx.Routes(mux)))))
 	return nil
 }
 

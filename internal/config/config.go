@@ -65,6 +65,9 @@ type Config struct {
 	// SettlementWindow is how long a verified settlement may wait for a
 	// confirmed payment before it FAILED.
 	SettlementWindow time.Duration
+	// GraphQLTimeBudget bounds one GraphQL query or mutation, from its
+	// arrival to its answer.
+	GraphQLTimeBudget time.Duration
 	// PprofAddr, when set, serves net/http/pprof on its own listener (never
 	// on the API address), for profiling under load.
 	PprofAddr string
@@ -102,6 +105,7 @@ var Vars = []Var{
 	{"VOUCHER_CORS_ORIGINS", "cors-origins", "", "comma-separated browser origins (scheme://host[:port]) allowed to call /api/v1 and /graphql and to open its websocket; empty = no cross-origin access"},
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
 	{"VOUCHER_SHUTDOWN_TIMEOUT", "shutdown-timeout", "20s", "how long a graceful shutdown may take"},
+	{"VOUCHER_GRAPHQL_TIME_BUDGET", "graphql-time-budget", "1s", "how long one GraphQL query or mutation may take before its unresolved fields are answered unavailable (docs/hardening.md)"},
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
 	{"VOUCHER_SETTLEMENT_WINDOW", "settlement-window", "1h", "how long after resolve a payment on a verified network may take to confirm; a settlement with nothing confirmed by then is FAILED"},
 	{"VOUCHER_PPROF_ADDR", "pprof-addr", "", "serve net/http/pprof on this separate host:port (profiling; empty = off, keep it on loopback)"},
@@ -164,6 +168,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),
 		SweepInterval:        dur("VOUCHER_SWEEP_INTERVAL"),
 		SettlementWindow:     dur("VOUCHER_SETTLEMENT_WINDOW"),
+		GraphQLTimeBudget:    dur("VOUCHER_GRAPHQL_TIME_BUDGET"),
 		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_DB_PREPARE")); err != nil {

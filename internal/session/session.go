@@ -246,3 +246,37 @@ func NewCode() (string, error) {
 	}
 	return string(b[:]), nil
 }
+
+// Verifier wraps v so that a resource token ends with its session: a
+// payee's token for a session that was closed (or has expired) no longer
+// proves anyone, so its requests are 401 (DECISIONS.md, "Hardening"). The
+// session's state is read from the database on each use, so a close on
+// one replica ends the token on every replica at once. Other tokens pass
+// through untouched.
+func (s *Service) Verifier(v auth.Verifier) auth.Verifier {
+	return sessionVerifier{next: v, s: s}
+}
+
+type sessionVerifier struct {
+	next auth.Verifier
+	s    *Service
+}
+
+var errSessionEnded = apperr.New(apperr.Unauthorized, "the voucher session of this token has ended")
+
+func (sv sessionVerifier) Verify(ctx context.Context, token string) (*auth.Principal, error) {
+	p, err := sv.next.Verify(ctx, token)
+	if err != nil || p.Kind != auth.KindResource {
+		return p, err
+	}
+	live, err := sv.s.db.VoucherSession.Query().
+		Where(vouchersession.ID(p.ID), vouchersession.StatusEQ(vouchersession.StatusACTIVE), vouchersession.ExpiresAtGT(sv.s.now())).
+		Exist(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if !live {
+		return nil, errSessionEnded
+	}
+	return p, nil
+}
