@@ -41,7 +41,7 @@ func TestComplexityMemoOnlyKeepsCostsWithoutVariables(t *testing.T) {
 		doc := docs[query]
 		if doc == nil {
 			var errs gqlerror.List
-			if doc, errs = gqlparser.LoadQuery(es.Schema(), query); len(errs) > 0 {
+			if doc, errs = gqlparser.LoadQueryWithRules(es.Schema(), query, nil); len(errs) > 0 {
 				t.Fatalf("%s: %v", query, errs)
 			}
 			docs[query] = doc // gqlgen's query cache: one parse per text

@@ -26,6 +26,7 @@ func MarshalDecimal(s string) graphql.Marshaler {
 func UnmarshalDecimal(v any) (string, error) {
 	s, ok := v.(string)
 	if !ok {
+		//lint:ignore ST1005 clients see this message; it starts with the GraphQL type's name
 		return "", fmt.Errorf("Decimal must be a string, like \"12.50\"")
 	}
 	return s, nil
@@ -62,10 +63,12 @@ func MarshalTime(t time.Time) graphql.Marshaler {
 func UnmarshalTime(v any) (time.Time, error) {
 	s, ok := v.(string)
 	if !ok {
+		//lint:ignore ST1005 clients see this message; it starts with the GraphQL type's name
 		return time.Time{}, fmt.Errorf("Time must be an RFC 3339 string")
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
 	if err != nil {
+		//lint:ignore ST1005 clients see this message; it starts with the GraphQL type's name
 		return time.Time{}, fmt.Errorf("Time must be an RFC 3339 string")
 	}
 	return t.UTC(), nil

@@ -68,7 +68,7 @@ func TestDefaultRegistry(t *testing.T) {
 	if c := strings.Join(reg.Currencies(), ","); c != "ETH,USDC,USDT,DAI,POL,SOL" {
 		t.Errorf("Currencies() = %s", c)
 	}
-	if Default() != Default() {
+	if first, second := Default(), Default(); first != second {
 		t.Error("Default() is rebuilt on every call")
 	}
 }

@@ -111,9 +111,9 @@ func skipOrFail(t testing.TB, err error) {
 	case !errors.Is(err, ErrUnavailable):
 		t.Fatal(err)
 	case isCI():
-		t.Fatal(fmt.Sprintf("CI=true: PostgreSQL is required here, refusing to skip: %v", err))
+		t.Fatalf("CI=true: PostgreSQL is required here, refusing to skip: %v", err)
 	default:
-		t.Skip(fmt.Sprintf("skipping, PostgreSQL not available: %v", err))
+		t.Skipf("skipping, PostgreSQL not available: %v", err)
 	}
 }
 

@@ -394,7 +394,7 @@ func TestDBName(t *testing.T) {
 	if len(n) > 63 || !strings.HasPrefix(n, "t_testvoucher_redeem_twice_expired_") {
 		t.Errorf("dbName = %q", n)
 	}
-	if dbName("A") == dbName("A") {
+	if first, second := dbName("A"), dbName("A"); first == second {
 		t.Error("dbName must be unique per call")
 	}
 }
