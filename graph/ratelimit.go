@@ -19,6 +19,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 )
 
@@ -44,14 +45,15 @@ const (
 // by the per-caller cap (4429, as graphql-transport-ws uses for "too many").
 const CloseTooManyRequests = 4429
 
-// FieldLimit is the budget a root field spends.
+// FieldLimit is the budget a root field spends, as internal/operation
+// declares it (for checks and docs).
 type FieldLimit struct {
-	// Field is "Query.name" or "Mutation.name".
+	// Field is "Query.name" or "Mutation.name" (for NodeLimits, the id prefix).
 	Field string
 	Group ratelimit.Group
-	// Operation is the REST route pattern of the field's twin, whose budget
-	// the field shares; for a field without a REST twin it names the
-	// field's own budget and Twin is false.
+	// Operation is the budget: the REST route pattern of the field's twin,
+	// whose budget the field shares; for a field without a REST twin its
+	// own budget's name, and Twin is false.
 	Operation string
 	Twin      bool
 	// ByID charges node/nodes per id, each to the read of its type
@@ -59,149 +61,85 @@ type FieldLimit struct {
 	ByID string
 }
 
-// Pseudo-operations: budgets of GraphQL fields that have no REST twin.
-const (
-	opViewer          = "GraphQL viewer"
-	opNode            = "GraphQL node"
-	opVoucherSessions = "GraphQL voucherSessions"
-	// opRefused is the budget a document spends when it is refused
-	// before any field runs (it does not parse, validate, fit the
-	// bounds or the complexity limit): its caller made the server
-	// read, parse and measure it, and a client sending hostile
-	// documents back to back must run out of budget as one sending
-	// costly fields does.
-	opRefused = "GraphQL refused document"
-)
-
-// rootLimits maps every Query and Mutation root field to its budget. A test
-// walks the executable schema and fails for a field missing here, and
-// another checks each twin against the REST routes (same group, route
-// exists). Fields of workstreams still being built are listed ahead so
-// their budgets are right the day they land.
-var rootLimits = map[string]FieldLimit{
-	// Identity. viewer has no REST twin; it reads the caller's own identity,
-	// the auth area, and is charged like the rest of that group.
-	"Mutation.signUp": twin(ratelimit.Auth, "POST /api/v1/auth/sign-up"),
-	"Mutation.signIn": twin(ratelimit.Auth, "POST /api/v1/auth/sign-in"),
-	"Query.viewer":    {Group: ratelimit.Auth, Operation: opViewer},
-
-	// Voucher sessions (the spec's "sessions" are voucher writes).
-	"Mutation.createSession": twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/sessions/create-session"),
-	"Mutation.closeSession":  twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/sessions/{sessionId}/close-session"),
-	"Query.voucherSession":   twin(ratelimit.VouchersRead, "GET /api/v1/vouchers/sessions/{sessionId}"),
-	// The payer's own session list has no REST twin: a voucher read of its own.
-	"Query.voucherSessions": {Group: ratelimit.VouchersRead, Operation: opVoucherSessions},
-
-	// Vouchers. interop-init submits a payer's signature: a voucher write,
-	// like the spec's "sign".
-	"Mutation.reserveVoucher":   twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/reserve-voucher"),
-	"Mutation.redeemVoucher":    twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/{voucherId}/redeem-voucher"),
-	"Mutation.negotiateVoucher": twin(ratelimit.Negotiate, "POST /api/v1/vouchers/{voucherId}/negotiate-voucher"),
-	"Mutation.resolveVoucher":   twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/{voucherId}/resolve-voucher"),
-	"Mutation.discardVoucher":   twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/{voucherId}/discard-voucher"),
-	"Mutation.interopInit":      twin(ratelimit.VouchersWrite, "POST /api/v1/vouchers/{voucherId}/submit/interop-init"),
-	"Query.voucher":             twin(ratelimit.VouchersRead, "GET /api/v1/vouchers/{voucherId}"),
-	"Query.vouchers":            twin(ratelimit.VouchersRead, "GET /api/v1/vouchers"),
-
-	// Finance.
-	"Query.currencies": twin(ratelimit.Finance, "GET /api/v1/finance/currencies"),
-	"Query.rates":      twin(ratelimit.Finance, "GET /api/v1/finance/rates"),
-
-	// Businesses and members.
-	"Query.business":                    twin(ratelimit.Businesses, "GET /api/v1/businesses/{businessId}"),
-	"Query.businesses":                  twin(ratelimit.Businesses, "GET /api/v1/businesses/{$}"),
-	"Mutation.createBusiness":           twin(ratelimit.Businesses, "POST /api/v1/businesses/create-business"),
-	"Mutation.updateBusiness":           twin(ratelimit.Businesses, "POST /api/v1/businesses/{businessId}/update-business"),
-	"Mutation.updateBusinessStatus":     twin(ratelimit.Businesses, "POST /api/v1/businesses/{businessId}/update-status"),
-	"Mutation.addBusinessUser":          twin(ratelimit.Businesses, "POST /api/v1/businesses/{businessId}/users/add-user"),
-	"Mutation.updateBusinessUserStatus": twin(ratelimit.Businesses, "POST /api/v1/businesses/{businessId}/users/{businessUserId}/update-status"),
-
-	// Webhook endpoints and deliveries.
-	"Mutation.createEndpoint": twin(ratelimit.Webhooks, "POST /api/v1/businesses/{businessId}/webhook-endpoints/create-endpoint"),
-	"Mutation.updateEndpoint": twin(ratelimit.Webhooks, "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/update-endpoint"),
-	"Mutation.deleteEndpoint": twin(ratelimit.Webhooks, "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/delete-endpoint"),
-	"Mutation.rotateSecret":   twin(ratelimit.Webhooks, "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/rotate-secret"),
-	"Mutation.retryDelivery":  twin(ratelimit.Webhooks, "POST /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}/retry-delivery"),
-	"Query.webhookDeliveries": twin(ratelimit.Webhooks, "GET /api/v1/businesses/{businessId}/webhook-deliveries"),
-
-	// node and nodes cost what reading each object over REST costs.
-	"Query.node":  {ByID: "id"},
-	"Query.nodes": {ByID: "ids"},
+func fieldLimit(field string, op *operation.Op) FieldLimit {
+	l := FieldLimit{Field: field, Group: op.Group, Operation: op.Budget(), Twin: op.REST != "", ByID: byID[op]}
+	if l.Twin {
+		l.Operation = op.REST
+	}
+	return l
 }
 
-// nodeLimits maps a global id's prefix to the REST read of that type. An id
-// of any other type (malformed, or a type node(id:) does not load) costs a
-// unit of opNode in vouchers-read: it loads nothing, but every field
-// occurrence is paid for.
-var nodeLimits = map[string]FieldLimit{
-	ids.Session:         twin(ratelimit.VouchersRead, "GET /api/v1/vouchers/sessions/{sessionId}"),
-	ids.Voucher:         twin(ratelimit.VouchersRead, "GET /api/v1/vouchers/{voucherId}"),
-	ids.Business:        twin(ratelimit.Businesses, "GET /api/v1/businesses/{businessId}"),
-	ids.BusinessUser:    twin(ratelimit.Businesses, "GET /api/v1/businesses/{businessId}/users"),
-	ids.WebhookEndpoint: twin(ratelimit.Webhooks, "GET /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}"),
-	ids.Delivery:        twin(ratelimit.Webhooks, "GET /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}"),
+// byID names the argument whose ids node and nodes are charged per.
+var byID = map[*operation.Op]string{operation.Node: "id", operation.Nodes: "ids"}
+
+// nodeReads maps a global id's prefix to the read of that type: node(id:)
+// costs what reading the object over REST costs. An id of any other type
+// (malformed, or a type node(id:) does not load) costs a unit of node's own
+// budget: it loads nothing, but every field occurrence is paid for.
+var nodeReads = map[string]*operation.Op{
+	ids.Session:         operation.GetSession,
+	ids.Voucher:         operation.GetVoucher,
+	ids.Business:        operation.GetBusiness,
+	ids.BusinessUser:    operation.ListBusinessUsers,
+	ids.WebhookEndpoint: operation.GetEndpoint,
+	ids.Delivery:        operation.GetDelivery,
 	// Events have no REST read of their own; they reach REST inside
 	// deliveries, so they cost a delivery read.
-	ids.Event: twin(ratelimit.Webhooks, "GET /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}"),
+	ids.Event: operation.GetDelivery,
 }
 
-var otherNode = FieldLimit{Group: ratelimit.VouchersRead, Operation: opNode}
-
-func twin(g ratelimit.Group, pattern string) FieldLimit {
-	return FieldLimit{Group: g, Operation: pattern, Twin: true}
-}
-
-// RootFieldLimits lists rootLimits, sorted by field, for checks and docs.
+// RootFieldLimits lists the budget of every Query and Mutation root field
+// in the operations table, sorted by field, for checks and docs.
 func RootFieldLimits() []FieldLimit {
-	out := make([]FieldLimit, 0, len(rootLimits))
-	for name, l := range rootLimits {
-		l.Field = name
-		out = append(out, l)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
-	return out
-}
-
-// NodeLimits lists nodeLimits by id prefix (Field holds the prefix).
-func NodeLimits() []FieldLimit {
-	out := make([]FieldLimit, 0, len(nodeLimits))
-	for prefix, l := range nodeLimits {
-		l.Field = prefix
-		out = append(out, l)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
-	return out
-}
-
-func nodeLimit(id string) FieldLimit {
-	if i := strings.IndexByte(id, '_'); i > 0 {
-		if l, ok := nodeLimits[id[:i+1]]; ok {
-			return l
+	var out []FieldLimit
+	for _, op := range operation.All() {
+		if strings.HasPrefix(op.GraphQL, "Query.") || strings.HasPrefix(op.GraphQL, "Mutation.") {
+			out = append(out, fieldLimit(op.GraphQL, op))
 		}
 	}
-	return otherNode
+	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
+	return out
+}
+
+// NodeLimits lists nodeReads by id prefix (Field holds the prefix).
+func NodeLimits() []FieldLimit {
+	out := make([]FieldLimit, 0, len(nodeReads))
+	for prefix, op := range nodeReads {
+		out = append(out, fieldLimit(prefix, op))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Field < out[j].Field })
+	return out
+}
+
+func nodeRead(id string) *operation.Op {
+	if i := strings.IndexByte(id, '_'); i > 0 {
+		if op, ok := nodeReads[id[:i+1]]; ok {
+			return op
+		}
+	}
+	return operation.Node
 }
 
 // charge is one budget a field spends.
 type charge struct {
-	group ratelimit.Group
-	op    string
-	cost  int
+	op   *operation.Op
+	cost int
 }
 
 // chargesOf returns what one root field occurrence spends, in a stable order.
 func chargesOf(field string, args map[string]any) ([]charge, error) {
-	l, ok := rootLimits[field]
-	if !ok {
-		// A field nobody mapped must not be free; the schema test keeps
+	op, ok := operation.ByField(field)
+	if !ok || op.Group == "" {
+		// A field nobody declared must not be free; the schema test keeps
 		// this from reaching production.
-		return nil, apperr.InternalError(fmt.Errorf("ratelimit: GraphQL root field %s has no rate-limit entry", field))
+		return nil, apperr.InternalError(fmt.Errorf("ratelimit: GraphQL root field %s has no rate-limit group in internal/operation", field))
 	}
-	if l.ByID == "" {
-		return []charge{{l.Group, l.Operation, 1}}, nil
+	arg := byID[op]
+	if arg == "" {
+		return []charge{{op, 1}}, nil
 	}
 	var list []string
-	switch v := args[l.ByID].(type) {
+	switch v := args[arg].(type) {
 	case string:
 		list = []string{v}
 	case []string:
@@ -214,21 +152,21 @@ func chargesOf(field string, args map[string]any) ([]charge, error) {
 	}
 	if len(list) == 0 {
 		// nodes(ids: []) still is a field occurrence.
-		return []charge{{otherNode.Group, otherNode.Operation, 1}}, nil
+		return []charge{{operation.Node, 1}}, nil
 	}
-	byOp := map[string]*charge{}
-	var order []string
+	byOp := map[*operation.Op]*charge{}
+	var order []*operation.Op
 	for _, id := range list {
-		nl := nodeLimit(id)
-		c := byOp[nl.Operation]
+		read := nodeRead(id)
+		c := byOp[read]
 		if c == nil {
-			c = &charge{group: nl.Group, op: nl.Operation}
-			byOp[nl.Operation] = c
-			order = append(order, nl.Operation)
+			c = &charge{op: read}
+			byOp[read] = c
+			order = append(order, read)
 		}
 		c.cost++
 	}
-	sort.Strings(order)
+	sort.Slice(order, func(i, j int) bool { return order[i].Budget() < order[j].Budget() })
 	out := make([]charge, 0, len(order))
 	for _, op := range order {
 		out = append(out, *byOp[op])
@@ -424,16 +362,15 @@ func (l *limits) aroundFields(ctx context.Context, next graphql.Resolver) (any, 
 	return next(ctx)
 }
 
-// refused spends one unit of opRefused (a vouchers-read budget, the
-// largest burst of the spec's table) for a document refused before any
-// field ran. It returns the rate_limit error that replaces the refusal
+// refused spends one unit of operation.RefusedDocument's budget for a
+// document refused before any field ran. It returns the rate_limit error that replaces the refusal
 // once the budget is spent, else nil.
 func (l *limits) refused(ctx context.Context) *gqlerror.Error {
 	q := requestFrom(ctx)
 	if l == nil || q == nil {
 		return nil
 	}
-	d, err := l.gate.Spend(ctx, ratelimit.VouchersRead, opRefused, q.addr, 1)
+	d, err := l.gate.Spend(ctx, operation.RefusedDocument.Group, operation.RefusedDocument.Budget(), q.addr, 1)
 	if err != nil {
 		ie := apperr.InternalError(err)
 		return &gqlerror.Error{Message: ie.Message, Err: ie}
@@ -466,7 +403,7 @@ func (l *limits) charge(ctx context.Context, q *request, field string, args map[
 		return err
 	}
 	for _, c := range cs {
-		d, err := l.gate.Spend(ctx, c.group, c.op, q.addr, c.cost)
+		d, err := l.gate.Spend(ctx, c.op.Group, c.op.Budget(), q.addr, c.cost)
 		if err != nil {
 			return apperr.InternalError(err)
 		}

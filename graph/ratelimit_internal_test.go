@@ -22,15 +22,18 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 )
 
-// Every query and mutation root field must spend a budget: a field added
-// without an entry would be a way around the limits.
-func TestEveryRootFieldHasARateLimit(t *testing.T) {
+// The schema and the operations table agree: every root field is an
+// operation (a query or mutation field without a budget would be a way
+// around the limits), and every operation that names a GraphQL field names
+// one the schema has.
+func TestEveryRootFieldIsAnOperation(t *testing.T) {
 	schema := generated.NewExecutableSchema(generated.Config{}).Schema()
-	seen := 0
-	for _, obj := range []*ast.Definition{schema.Query, schema.Mutation} {
+	seen := map[string]bool{}
+	for _, obj := range []*ast.Definition{schema.Query, schema.Mutation, schema.Subscription} {
 		if obj == nil {
 			continue
 		}
@@ -38,29 +41,34 @@ func TestEveryRootFieldHasARateLimit(t *testing.T) {
 			if strings.HasPrefix(f.Name, "__") {
 				continue
 			}
-			seen++
 			key := obj.Name + "." + f.Name
-			l, ok := rootLimits[key]
+			seen[key] = true
+			op, ok := operation.ByField(key)
 			if !ok {
-				t.Errorf("%s has no entry in rootLimits (graph/ratelimit.go): give it its REST twin's group and route", key)
+				t.Errorf("%s is not in the operations table (internal/operation): declare it with its guard, rate group and REST twin", key)
 				continue
 			}
-			if l.ByID != "" {
-				if f.Arguments.ForName(l.ByID) == nil {
-					t.Errorf("%s is charged per %q, which is not one of its arguments", key, l.ByID)
+			if obj == schema.Subscription {
+				if op.Group != "" {
+					t.Errorf("%s: subscriptions spend no budget, but it has group %q", key, op.Group)
 				}
 				continue
 			}
-			if _, ok := ratelimit.SpecTable()[l.Group]; !ok {
-				t.Errorf("%s: unknown group %q", key, l.Group)
+			if arg := byID[op]; arg != "" && f.Arguments.ForName(arg) == nil {
+				t.Errorf("%s is charged per %q, which is not one of its arguments", key, arg)
 			}
-			if l.Operation == "" {
-				t.Errorf("%s: no operation", key)
+			if _, ok := ratelimit.SpecTable()[op.Group]; !ok {
+				t.Errorf("%s: unknown group %q", key, op.Group)
 			}
 		}
 	}
-	if seen < 10 {
-		t.Fatalf("walked only %d root fields: is the schema empty?", seen)
+	if len(seen) < 10 {
+		t.Fatalf("walked only %d root fields: is the schema empty?", len(seen))
+	}
+	for _, op := range operation.All() {
+		if op.GraphQL != "" && !seen[op.GraphQL] {
+			t.Errorf("operation %s names GraphQL field %s, which the schema does not have", op.Name, op.GraphQL)
+		}
 	}
 }
 
@@ -71,31 +79,29 @@ func TestEveryNodeTypeHasARateLimit(t *testing.T) {
 		t.Fatal("no node loaders")
 	}
 	for prefix := range loaders {
-		if _, ok := nodeLimits[prefix]; !ok {
-			t.Errorf("node(id:) loads %s ids but nodeLimits has no entry for them", prefix)
+		if _, ok := nodeReads[prefix]; !ok {
+			t.Errorf("node(id:) loads %s ids but nodeReads has no entry for them", prefix)
 		}
 	}
 }
 
 func TestChargesOf(t *testing.T) {
-	const getSession = "GET /api/v1/vouchers/sessions/{sessionId}"
-	const getBusiness = "GET /api/v1/businesses/{businessId}"
 	for _, tc := range []struct {
 		field string
 		args  map[string]any
 		want  []charge
 	}{
-		{"Mutation.signIn", nil, []charge{{ratelimit.Auth, "POST /api/v1/auth/sign-in", 1}}},
-		{"Mutation.negotiateVoucher", nil, []charge{{ratelimit.Negotiate, "POST /api/v1/vouchers/{voucherId}/negotiate-voucher", 1}}},
-		{"Query.viewer", nil, []charge{{ratelimit.Auth, opViewer, 1}}},
-		{"Query.node", map[string]any{"id": ids.Session + "x"}, []charge{{ratelimit.VouchersRead, getSession, 1}}},
-		{"Query.node", map[string]any{"id": "garbage"}, []charge{{ratelimit.VouchersRead, opNode, 1}}},
+		{"Mutation.signIn", nil, []charge{{operation.SignIn, 1}}},
+		{"Mutation.negotiateVoucher", nil, []charge{{operation.NegotiateVoucher, 1}}},
+		{"Query.viewer", nil, []charge{{operation.Viewer, 1}}},
+		{"Query.node", map[string]any{"id": ids.Session + "x"}, []charge{{operation.GetSession, 1}}},
+		{"Query.node", map[string]any{"id": "garbage"}, []charge{{operation.Node, 1}}},
 		{"Query.nodes", map[string]any{"ids": []string{ids.Session + "a", ids.Business + "b", ids.Session + "c", ids.User + "d"}}, []charge{
-			{ratelimit.VouchersRead, getSession, 2},
-			{ratelimit.Businesses, getBusiness, 1},
-			{ratelimit.VouchersRead, opNode, 1},
+			{operation.GetSession, 2},
+			{operation.GetBusiness, 1},
+			{operation.Node, 1},
 		}},
-		{"Query.nodes", map[string]any{"ids": []string{}}, []charge{{ratelimit.VouchersRead, opNode, 1}}},
+		{"Query.nodes", map[string]any{"ids": []string{}}, []charge{{operation.Node, 1}}},
 	} {
 		got, err := chargesOf(tc.field, tc.args)
 		if err != nil {
@@ -117,6 +123,9 @@ func TestChargesOf(t *testing.T) {
 	}
 	if _, err := chargesOf("Mutation.noSuchField", nil); !apperr.HasCode(err, apperr.Internal) {
 		t.Fatalf("an unmapped field must not be free: %v", err)
+	}
+	if _, err := chargesOf("Subscription.voucherUpdated", nil); !apperr.HasCode(err, apperr.Internal) {
+		t.Fatalf("a field without a group must not be charged as free: %v", err)
 	}
 }
 

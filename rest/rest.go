@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -73,17 +74,6 @@ const catchAll = "/api/"
 // for the one error writer to render.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) error
 
-// Rate-limit groups of the spec's table (and DECISIONS.md).
-const (
-	groupAuth          = "auth"
-	groupBusinesses    = "businesses"
-	groupFinance       = "finance"
-	groupVouchersRead  = "vouchers-read"
-	groupVouchersWrite = "vouchers-write"
-	groupNegotiate     = "negotiate"
-	groupWebhooks      = "webhooks"
-)
-
 // Register adds every /api/v1 route to mux, and a JSON 404/405 for
 // anything else under /api/.
 func Register(mux *http.ServeMux, svc Services, opts Options) {
@@ -99,56 +89,51 @@ func Register(mux *http.ServeMux, svc Services, opts Options) {
 }
 
 func (s *server) routes() {
-	s.handle("POST /api/v1/auth/sign-up", groupAuth, open, s.signUp)
-	s.handle("POST /api/v1/auth/sign-in", groupAuth, open, s.signIn)
+	s.route(operation.SignUp, s.signUp)
+	s.route(operation.SignIn, s.signIn)
 
-	s.handle("POST /api/v1/vouchers/sessions/create-session", groupVouchersWrite, auth.RequireRegistered, s.createSession)
-	s.handle("GET /api/v1/vouchers/sessions/{sessionId}", groupVouchersRead, auth.RequireRegistered, s.getSession)
-	s.handle("POST /api/v1/vouchers/sessions/{sessionId}/close-session", groupVouchersWrite, auth.RequireRegistered, s.closeSession)
+	s.route(operation.CreateSession, s.createSession)
+	s.route(operation.GetSession, s.getSession)
+	s.route(operation.CloseSession, s.closeSession)
 
-	// The spec lists businesses at ".../businesses/"; {$} keeps that pattern
-	// from swallowing every path below it, and the slash-less path is served too.
-	s.handle("POST /api/v1/businesses/create-business", groupBusinesses, auth.RequireUser, s.createBusiness)
-	s.handle("GET /api/v1/businesses/{$}", groupBusinesses, auth.RequireUser, s.listBusinesses)
-	s.handle("GET /api/v1/businesses", groupBusinesses, auth.RequireUser, s.listBusinesses)
-	s.handle("GET /api/v1/businesses/{businessId}", groupBusinesses, auth.RequireUser, s.getBusiness)
-	s.handle("POST /api/v1/businesses/{businessId}/update-business", groupBusinesses, auth.RequireUser, s.updateBusiness)
-	s.handle("POST /api/v1/businesses/{businessId}/update-status", groupBusinesses, auth.RequireUser, s.updateBusinessStatus)
-	s.handle("GET /api/v1/businesses/{businessId}/users", groupBusinesses, auth.RequireUser, s.listBusinessUsers)
-	s.handle("POST /api/v1/businesses/{businessId}/users/add-user", groupBusinesses, auth.RequireUser, s.addBusinessUser)
-	s.handle("POST /api/v1/businesses/{businessId}/users/{businessUserId}/update-status", groupBusinesses, auth.RequireUser, s.updateBusinessUserStatus)
+	s.route(operation.CreateBusiness, s.createBusiness)
+	s.route(operation.ListBusinesses, s.listBusinesses)
+	s.route(operation.GetBusiness, s.getBusiness)
+	s.route(operation.UpdateBusiness, s.updateBusiness)
+	s.route(operation.UpdateBusinessStatus, s.updateBusinessStatus)
+	s.route(operation.ListBusinessUsers, s.listBusinessUsers)
+	s.route(operation.AddBusinessUser, s.addBusinessUser)
+	s.route(operation.UpdateBusinessUserStatus, s.updateBusinessUserStatus)
 
 	s.webhookRoutes()
 	s.voucherRoutes()
 
-	s.handle("GET /api/v1/openapi.json", "", open, s.openAPI)
+	s.route(operation.OpenAPI, s.openAPI)
 }
 
-// guard is the token check a route makes before reading its body, so a
-// caller without the right token gets 401/403 whatever it sent. The services
-// apply the same guards again; this only fixes the order of errors.
-type guard func(ctx context.Context) (*auth.Principal, error)
-
-// open is the guard of routes that need no token.
-func open(context.Context) (*auth.Principal, error) { return nil, nil }
-
-func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
-	method, path, _ := strings.Cut(pattern, " ")
-	s.table = append(s.table, Route{Method: method, Path: strings.TrimSuffix(path, "{$}"), Pattern: pattern, Group: group, Token: guardName(g)})
+// route serves op's REST pattern (and its aliases) with h. Before h reads
+// anything, the request spends a unit of op's budget and passes op's guard,
+// so a caller without the right token gets 401/403 whatever it sent (the
+// services apply the same guard again; this only fixes the order of errors).
+func (s *server) route(op *operation.Op, h handlerFunc) {
+	if op.REST == "" {
+		panic("rest: operation " + op.Name + " has no REST route")
+	}
+	group := string(op.Group)
 	serve := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := h(w, r); err != nil {
 			httpx.WriteError(w, r, s.log, err)
 		}
 	})
-	post := strings.HasPrefix(pattern, http.MethodPost+" ")
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+	post := strings.HasPrefix(op.REST, http.MethodPost+" ")
+	guarded := func(w http.ResponseWriter, r *http.Request) {
 		if s.limiter != nil && group != "" {
 			if err := s.limiter.Limit(r.Context(), group, r, w.Header()); err != nil {
 				httpx.WriteError(w, r, s.log, err)
 				return
 			}
 		}
-		p, err := g(r.Context())
+		p, err := op.Guard.Check(r.Context())
 		if err != nil {
 			httpx.WriteError(w, r, s.log, err)
 			return
@@ -168,7 +153,12 @@ func (s *server) handle(pattern, group string, g guard, h handlerFunc) {
 			return
 		}
 		serve(w, r)
-	})
+	}
+	for _, pattern := range append([]string{op.REST}, op.Aliases...) {
+		method, path, _ := strings.Cut(pattern, " ")
+		s.table = append(s.table, Route{Method: method, Path: strings.TrimSuffix(path, "{$}"), Pattern: pattern, Group: group, Token: guardName(op.Guard)})
+		s.mux.HandleFunc(pattern, guarded)
+	}
 }
 
 // caller names whoever holds an idempotency key: the token's subject, or

@@ -3,7 +3,6 @@ package rest
 import (
 	_ "embed"
 	"net/http"
-	"reflect"
 
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
@@ -30,21 +29,20 @@ func Routes() []Route {
 	return s.table
 }
 
-var guardNames = map[uintptr]string{
-	reflect.ValueOf(open).Pointer():                   "none",
-	reflect.ValueOf(auth.RequireAny).Pointer():        "any",
-	reflect.ValueOf(auth.RequireRegistered).Pointer(): "registered",
-	reflect.ValueOf(auth.RequireUser).Pointer():       "user",
-}
-
 // guardName names a guard for Routes; an unknown guard panics at start, so
 // a new guard cannot slip into the document unnamed.
-func guardName(g guard) string {
-	name, ok := guardNames[reflect.ValueOf(g).Pointer()]
-	if !ok {
-		panic("rest: a route's guard has no name in guardNames")
+func guardName(g auth.Guard) string {
+	switch g {
+	case auth.GuardOpen:
+		return "none"
+	case auth.GuardAny:
+		return "any"
+	case auth.GuardRegistered:
+		return "registered"
+	case auth.GuardUser:
+		return "user"
 	}
-	return name
+	panic("rest: guard " + g.String() + " has no name in the OpenAPI route table")
 }
 
 // openapiJSON is the committed OpenAPI document (generated from

@@ -5,27 +5,27 @@ import (
 	"strconv"
 
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
-// voucherRoutes are the voucher lifecycle and the finance reads. Every
-// voucher route takes any token; the service decides who may act (payee,
-// payer, business members) and answers not_found to everyone else. Resolve
-// takes registered users only, as the spec says.
+// voucherRoutes are the voucher lifecycle and the finance reads (guards and
+// rate groups: internal/operation). The service decides who may act on a
+// voucher (payee, payer, business members) and answers not_found to
+// everyone else.
 func (s *server) voucherRoutes() {
-	s.handle("POST /api/v1/vouchers/reserve-voucher", groupVouchersWrite, auth.RequireAny, s.reserveVoucher)
-	s.handle("GET /api/v1/vouchers", groupVouchersRead, auth.RequireAny, s.queryVouchers)
-	s.handle("GET /api/v1/vouchers/{voucherId}", groupVouchersRead, auth.RequireAny, s.getVoucher)
-	s.handle("POST /api/v1/vouchers/{voucherId}/redeem-voucher", groupVouchersWrite, auth.RequireAny, s.redeemVoucher)
-	s.handle("POST /api/v1/vouchers/{voucherId}/negotiate-voucher", groupNegotiate, auth.RequireAny, s.negotiateVoucher)
-	s.handle("POST /api/v1/vouchers/{voucherId}/resolve-voucher", groupVouchersWrite, auth.RequireRegistered, s.resolveVoucher)
-	s.handle("POST /api/v1/vouchers/{voucherId}/discard-voucher", groupVouchersWrite, auth.RequireAny, s.discardVoucher)
-	s.handle("POST /api/v1/vouchers/{voucherId}/submit/interop-init", groupVouchersWrite, auth.RequireAny, s.interopInit)
+	s.route(operation.ReserveVoucher, s.reserveVoucher)
+	s.route(operation.QueryVouchers, s.queryVouchers)
+	s.route(operation.GetVoucher, s.getVoucher)
+	s.route(operation.RedeemVoucher, s.redeemVoucher)
+	s.route(operation.NegotiateVoucher, s.negotiateVoucher)
+	s.route(operation.ResolveVoucher, s.resolveVoucher)
+	s.route(operation.DiscardVoucher, s.discardVoucher)
+	s.route(operation.InteropInit, s.interopInit)
 
-	s.handle("GET /api/v1/finance/currencies", groupFinance, open, s.currencies)
-	s.handle("GET /api/v1/finance/rates", groupFinance, open, s.rates)
+	s.route(operation.Currencies, s.currencies)
+	s.route(operation.Rates, s.rates)
 }
 
 func (s *server) reserveVoucher(w http.ResponseWriter, r *http.Request) error {

@@ -5,24 +5,23 @@ import (
 	"strconv"
 
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
 
-// webhookRoutes are the endpoint and delivery routes; every one is the
-// webhooks rate group and takes an email-password user token.
+// webhookRoutes are the endpoint and delivery routes (guards and rate
+// groups: internal/operation).
 func (s *server) webhookRoutes() {
-	const base = "/api/v1/businesses/{businessId}/"
-	s.handle("POST "+base+"webhook-endpoints/create-endpoint", groupWebhooks, auth.RequireUser, s.createEndpoint)
-	s.handle("GET "+base+"webhook-endpoints", groupWebhooks, auth.RequireUser, s.listEndpoints)
-	s.handle("GET "+base+"webhook-endpoints/{endpointId}", groupWebhooks, auth.RequireUser, s.getEndpoint)
-	s.handle("POST "+base+"webhook-endpoints/{endpointId}/update-endpoint", groupWebhooks, auth.RequireUser, s.updateEndpoint)
-	s.handle("POST "+base+"webhook-endpoints/{endpointId}/delete-endpoint", groupWebhooks, auth.RequireUser, s.deleteEndpoint)
-	s.handle("POST "+base+"webhook-endpoints/{endpointId}/rotate-secret", groupWebhooks, auth.RequireUser, s.rotateSecret)
-	s.handle("GET "+base+"webhook-deliveries", groupWebhooks, auth.RequireUser, s.listDeliveries)
-	s.handle("GET "+base+"webhook-deliveries/{deliveryId}", groupWebhooks, auth.RequireUser, s.getDelivery)
-	s.handle("POST "+base+"webhook-deliveries/{deliveryId}/retry-delivery", groupWebhooks, auth.RequireUser, s.retryDelivery)
+	s.route(operation.CreateEndpoint, s.createEndpoint)
+	s.route(operation.ListEndpoints, s.listEndpoints)
+	s.route(operation.GetEndpoint, s.getEndpoint)
+	s.route(operation.UpdateEndpoint, s.updateEndpoint)
+	s.route(operation.DeleteEndpoint, s.deleteEndpoint)
+	s.route(operation.RotateSecret, s.rotateSecret)
+	s.route(operation.ListDeliveries, s.listDeliveries)
+	s.route(operation.GetDelivery, s.getDelivery)
+	s.route(operation.RetryDelivery, s.retryDelivery)
 }
 
 func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) error {

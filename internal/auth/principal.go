@@ -86,3 +86,63 @@ func RequireUser(ctx context.Context) (*Principal, error) {
 	}
 	return p, nil
 }
+
+// Guard is the token check an operation declares (the spec's guards).
+// internal/operation gives every operation one; the REST door applies it
+// before reading a body, and the services apply the same check.
+type Guard uint8
+
+const (
+	// GuardOpen needs no token.
+	GuardOpen Guard = iota
+	// GuardAny admits every kind of token (RegisteredUserOrResourceGuard).
+	GuardAny
+	// GuardRegistered admits user and device tokens (RegisteredUserGuard).
+	GuardRegistered
+	// GuardUser admits user tokens only (the token half of BusinessUserGuard).
+	GuardUser
+)
+
+// Check applies the guard to the caller in ctx. An open guard returns the
+// caller, possibly nil, and never an error.
+func (g Guard) Check(ctx context.Context) (*Principal, error) {
+	switch g {
+	case GuardAny:
+		return RequireAny(ctx)
+	case GuardRegistered:
+		return RequireRegistered(ctx)
+	case GuardUser:
+		return RequireUser(ctx)
+	default:
+		return FromContext(ctx), nil
+	}
+}
+
+// Admits reports whether a caller of kind k (nil for no token) passes g.
+func (g Guard) Admits(k *Kind) bool {
+	switch g {
+	case GuardOpen:
+		return true
+	case GuardAny:
+		return k != nil
+	case GuardRegistered:
+		return k != nil && (*k == KindUser || *k == KindDevice)
+	case GuardUser:
+		return k != nil && *k == KindUser
+	}
+	return false
+}
+
+func (g Guard) String() string {
+	switch g {
+	case GuardOpen:
+		return "open"
+	case GuardAny:
+		return "any token"
+	case GuardRegistered:
+		return "registered user or device"
+	case GuardUser:
+		return "user"
+	}
+	return "unknown guard"
+}

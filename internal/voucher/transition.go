@@ -15,6 +15,7 @@ import (
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/payment"
 )
 
@@ -29,6 +30,27 @@ const (
 	OpDiscard     Op = "discard"
 	OpInteropInit Op = "interop-init"
 )
+
+// operation is op's entry in the operations table, whose guard the door's
+// Reject applies.
+func (op Op) operation() *operation.Op {
+	switch op {
+	case OpRedeem:
+		return operation.RedeemVoucher
+	case OpNegotiate:
+		return operation.NegotiateVoucher
+	case OpResolve:
+		return operation.ResolveVoucher
+	case OpDiscard:
+		return operation.DiscardVoucher
+	case OpInteropInit:
+		return operation.InteropInit
+	}
+	// An Op nobody declared gets the strictest guard.
+	return strictest
+}
+
+var strictest = &operation.Op{Name: "unknown voucher operation", Guard: auth.GuardUser}
 
 // rolesFor is who may perform op (DECISIONS.md, "Who may do what"); anyone
 // else is told the voucher does not exist.
@@ -387,11 +409,7 @@ func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher
 // not_found when the caller may not act on the voucher (visibility comes
 // before the body), and bodyErr otherwise.
 func (s *Service) Reject(ctx context.Context, op Op, id string, bodyErr error) error {
-	guard := auth.RequireAny
-	if op == OpResolve {
-		guard = auth.RequireRegistered
-	}
-	p, err := guard(ctx)
+	p, err := op.operation().Guard.Check(ctx)
 	if err != nil {
 		return err
 	}
