@@ -194,6 +194,12 @@ func (f *fakeTB) Name() string      { return "fake" }
 func (f *fakeTB) Cleanup(func())    {}
 func (f *fakeTB) Skip(args ...any)  { f.skipped, f.msg = true, fmt.Sprint(args...) }
 func (f *fakeTB) Fatal(args ...any) { f.failed, f.msg = true, fmt.Sprint(args...) }
+func (f *fakeTB) Skipf(format string, args ...any) {
+	f.skipped, f.msg = true, fmt.Sprintf(format, args...)
+}
+func (f *fakeTB) Fatalf(format string, args ...any) {
+	f.failed, f.msg = true, fmt.Sprintf(format, args...)
+}
 
 func TestMissingBinaries(t *testing.T) {
 	empty := t.TempDir()
