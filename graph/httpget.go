@@ -13,6 +13,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/metrics"
 )
 
 // getTransport serves GraphQL over GET (queries only) as the
@@ -21,7 +22,7 @@ import (
 // prefetch must never change anything; transportRules refuses it). gqlgen's
 // transport.GET answers 200 or 422 and writes "data": null on request
 // errors, which the spec's audit (graphql-http) flags.
-type getTransport struct{}
+type getTransport struct{ metrics *metrics.GraphQL }
 
 var _ graphql.Transport = getTransport{}
 
@@ -29,7 +30,7 @@ func (getTransport) Supports(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.Header.Get("Upgrade") == ""
 }
 
-func (getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
 	ct := responseType(r.Header.Get("Accept"))
 	start := graphql.Now()
 	q, err := url.ParseQuery(r.URL.RawQuery)
@@ -62,6 +63,7 @@ func (getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 	rc, errs := exec.CreateOperationContext(r.Context(), params)
 	if errs != nil {
+		t.metrics.Rejected()
 		writeRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}

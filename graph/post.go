@@ -10,6 +10,8 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
+
+	"github.com/voucherd/voucherd/internal/metrics"
 )
 
 // postTransport serves GraphQL over POST with a JSON body. It is gqlgen's
@@ -23,7 +25,8 @@ import (
 // them once more). A request that cannot run is answered as the
 // GraphQL-over-HTTP spec says (writeRequestErrors, writeMalformed).
 type postTransport struct {
-	gqlgen transport.POST // only its Supports: a POST with a JSON body
+	gqlgen  transport.POST // only its Supports: a POST with a JSON body
+	metrics *metrics.GraphQL
 }
 
 var _ graphql.Transport = postTransport{}
@@ -61,6 +64,7 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	ctx := r.Context()
 	rc, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
+		t.metrics.Rejected()
 		writeRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}

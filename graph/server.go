@@ -27,6 +27,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/metrics"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 )
 
@@ -66,6 +67,8 @@ type Options struct {
 	// CheckOrigin decides a websocket upgrade's Origin (nil: any origin;
 	// the app passes the CORS list's check).
 	CheckOrigin func(*http.Request) bool
+	// Metrics counts operations by root field and outcome (nil: none).
+	Metrics *metrics.GraphQL
 	// RateLimit charges root fields to their REST twins' budgets and caps
 	// websocket connections and subscriptions per caller (nil: no limits).
 	RateLimit *ratelimit.Gate
@@ -149,7 +152,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		Log:          opts.Log,
 		CheckPayload: httpx.CheckJSON,
 	})
-	for _, t := range []graphql.Transport{ws, transport.Options{}, getTransport{}, postTransport{}} {
+	for _, t := range []graphql.Transport{ws, transport.Options{}, getTransport{metrics: opts.Metrics}, postTransport{metrics: opts.Metrics}} {
 		srv.AddTransport(guardedTransport{Transport: t, lim: lim})
 	}
 	cache := lru.New[*ast.QueryDocument](1000)
@@ -165,6 +168,18 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	}
 	srv.AroundResponses(timeBudget(opts.TimeBudget))
 	srv.AroundFields(internalErrors)
+	if opts.Metrics != nil {
+		// Outside the rate limits, so a refused field counts too.
+		srv.AroundFields(func(ctx context.Context, next graphql.Resolver) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			if !isRootField(fc) || strings.HasPrefix(fc.Field.Name, "__") {
+				return next(ctx)
+			}
+			res, err := next(ctx)
+			opts.Metrics.Field(fc.Object+"."+fc.Field.Name, err)
+			return res, err
+		})
+	}
 	if lim != nil {
 		srv.AroundFields(lim.aroundFields)
 	}
@@ -198,6 +213,9 @@ type Handler struct {
 	http.Handler
 	ws *wstransport.Transport
 }
+
+// Websockets is how many websocket connections are open now.
+func (h *Handler) Websockets() int64 { return h.ws.Stats().Connections }
 
 // Shutdown closes every websocket with a close frame (1001) and waits
 // until they have ended or ctx is done.

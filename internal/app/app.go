@@ -27,6 +27,7 @@ import (
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/metrics"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/password"
 	"github.com/voucherd/voucherd/internal/pubsub"
@@ -88,6 +89,13 @@ type App struct {
 	// watcher polls them.
 	Chains   map[string]settlement.Chain
 	networks *networks.Set
+
+	// metrics are the series the services feed through their hooks.
+	metrics struct {
+		webhooks   *metrics.Webhooks
+		graphql    *metrics.GraphQL
+		settlement *metrics.Settlement
+	}
 
 	handler http.Handler
 	wg      sync.WaitGroup
@@ -162,6 +170,19 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		metrics.BuildInfo(), metrics.DBStats(db.SQL))
+	a.metrics.webhooks = metrics.NewWebhooks(reg, db.SQL, db.Rebind)
+	a.metrics.graphql = metrics.NewGraphQL(reg)
+	names := make([]string, len(a.chains))
+	for i, n := range a.chains {
+		names[i] = n.Name
+	}
+	a.metrics.settlement = metrics.NewSettlement(reg, names)
+	for i := range a.chains {
+		a.chains[i].Chain = a.metrics.settlement.Chain(a.chains[i].Name, a.chains[i].Chain)
+	}
 	a.buildWebhooks()
 	if err := a.buildVouchers(ctx); err != nil {
 		return err
@@ -174,10 +195,8 @@ func (a *App) build(ctx context.Context) error {
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(pubsub.Collectors(a.Hub)...)
-	metrics := httpx.NewMetrics(reg)
+	httpMetrics := httpx.NewMetrics(reg)
 	cors := httpx.NewCORS(cfg.CORSOrigins)
 
 	a.graphql = graph.NewHandler(&graph.Resolver{
@@ -189,7 +208,8 @@ func (a *App) build(ctx context.Context) error {
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
 		Hub:        a.Hub,
-	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin})
+	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
+	reg.MustRegister(metrics.Websockets(a.graphql.Websockets))
 
 	mux := http.NewServeMux()
 	rest.Register(mux, rest.Services{
@@ -222,7 +242,7 @@ func (a *App) build(ctx context.Context) error {
 	mux.HandleFunc("/", httpx.NotFound)
 	// CORS sits outside authentication so that a refused token's 401 still
 	// reaches the page that sent it; gzip outside both compresses errors too.
-	a.handler = httpx.Middleware(a.Log, metrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Sessions.Verifier(a.Issuer), httpx.Routes(mux)))))
+	a.handler = httpx.Middleware(a.Log, httpMetrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Sessions.Verifier(a.Issuer), httpx.Routes(mux)))))
 	return nil
 }
 
@@ -277,6 +297,7 @@ func (a *App) buildWebhooks() {
 		ListenURL:     listen,
 		ClaimURL:      listen,
 		Log:           a.Log,
+		OnAttempt:     a.metrics.webhooks.OnAttempt,
 	})
 	a.Webhooks = webhook.NewService(a.DB, webhook.Options{
 		Box: a.Box, AllowPrivate: cfg.WebhookAllowPrivate, Dispatcher: a.Dispatcher, Log: a.Log,
@@ -399,6 +420,7 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	a.Finance = fin
 	a.Settlement, err = settlement.NewService(a.DB, fin.Registry(), settlement.Options{
 		Networks: a.chains, Window: cfg.SettlementWindow, Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
+		Polled: a.metrics.settlement.Polled,
 	})
 	if err != nil {
 		return err

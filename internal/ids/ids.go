@@ -83,3 +83,23 @@ func Table(id string) (string, error) {
 	}
 	return "", fmt.Errorf("ids: %q is not a node id", id)
 }
+
+// Time returns when id was made (its ULID milliseconds), if id is one of
+// this package's ids.
+func Time(id string) (time.Time, bool) {
+	_, rest, ok := strings.Cut(id, "_")
+	if !ok || len(rest) != 26 {
+		return time.Time{}, false
+	}
+	var ms uint64
+	// The first 10 characters carry the top 48 bits (3 + 9 × 5): the
+	// milliseconds.
+	for _, c := range rest[:10] {
+		i := strings.IndexRune(alphabet, c)
+		if i < 0 {
+			return time.Time{}, false
+		}
+		ms = ms<<5 | uint64(i)
+	}
+	return time.UnixMilli(int64(ms)), true
+}

@@ -2,6 +2,7 @@ package ids
 
 import (
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -39,6 +40,21 @@ func TestTable(t *testing.T) {
 	for _, bad := range []string{"", "vch_", "vch_short", "xyz_01234567890123456789012345", New(Payment)} {
 		if _, err := Table(bad); err == nil {
 			t.Fatalf("Table(%q) accepted", bad)
+		}
+	}
+}
+
+func TestTime(t *testing.T) {
+	before := time.Now().Truncate(time.Millisecond)
+	id := New(Delivery)
+	after := time.Now()
+	got, ok := Time(id)
+	if !ok || got.Before(before) || got.After(after) {
+		t.Fatalf("Time(%s) = %v %v, want between %v and %v", id, got, ok, before, after)
+	}
+	for _, bad := range []string{"", "dlv_", "dlv_short", "nounderscore", "dlv_" + strings.Repeat("u", 26)} {
+		if _, ok := Time(bad); ok {
+			t.Errorf("Time(%q) ok", bad)
 		}
 	}
 }

@@ -82,8 +82,11 @@ type Options struct {
 	Publisher pubsub.Publisher
 	// MaxBackoff bounds the wait after failed polls (one minute when zero).
 	MaxBackoff time.Duration
-	Now        func() time.Time
-	Log        *slog.Logger
+	// Polled hears the end of each of the watcher's checks of a network
+	// (metrics; internal/metrics.Settlement.Polled); nil: nobody.
+	Polled func(network string, err error)
+	Now    func() time.Time
+	Log    *slog.Logger
 }
 
 // Service keeps vouchers' settlement: it opens one at resolve, and its
@@ -98,6 +101,7 @@ type Service struct {
 	maxBackoff time.Duration
 	now        func() time.Time
 	log        *slog.Logger
+	polled     func(network string, err error)
 	// updateText is updateStatement in the database's dialect.
 	updateText string
 }
@@ -133,7 +137,7 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 	now := o.Now
 	s := &Service{
 		db: db, reg: reg, networks: map[string]*watched{}, window: o.Window, events: o.Events,
-		pub: o.Publisher, maxBackoff: o.MaxBackoff, log: o.Log,
+		pub: o.Publisher, maxBackoff: o.MaxBackoff, log: o.Log, polled: o.Polled,
 		now:        func() time.Time { return now().UTC().Truncate(time.Microsecond) },
 		updateText: db.Rebind(updateStatement),
 	}

@@ -54,7 +54,11 @@ func (s *Service) watch(ctx context.Context, n *watched) {
 			timer.Stop()
 		}
 		delay := n.PollInterval
-		if err := s.Poll(ctx, n.Name); err != nil {
+		err := s.Poll(ctx, n.Name)
+		if s.polled != nil && ctx.Err() == nil {
+			s.polled(n.Name, err)
+		}
+		if err != nil {
 			if ctx.Err() != nil {
 				return
 			}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
+	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -102,8 +103,24 @@ type DispatcherOptions struct {
 	// delayed every first attempt behind it by as much. Attempts' records
 	// stay durable. Empty: claims run on the shared pool.
 	ClaimURL string
-	Now      func() time.Time
-	Log      *slog.Logger
+	// OnAttempt hears every attempt this dispatcher makes (metrics); nil:
+	// nobody.
+	OnAttempt func(AttemptInfo)
+	Now       func() time.Time
+	Log       *slog.Logger
+}
+
+// AttemptInfo is what OnAttempt hears of one attempt.
+type AttemptInfo struct {
+	// Status is the receiver's HTTP status; 0 when there was no answer
+	// (network error, timeout, a refused URL, no signing secret).
+	Status int
+	Manual bool
+	// First is the delivery's first automatic attempt; SinceCommit is then
+	// the time from the commit that queued it (the delivery id's time) to
+	// the attempt's start, else -1.
+	First       bool
+	SinceCommit time.Duration
 }
 
 // Dispatcher delivers due deliveries. Several replicas may run one each on
@@ -123,6 +140,7 @@ type Dispatcher struct {
 	claimURL      string
 	now           func() time.Time
 	log           *slog.Logger
+	onAttempt     func(AttemptInfo)
 
 	wake  chan struct{}
 	freed chan struct{}
@@ -152,7 +170,8 @@ func NewDispatcher(db *storage.DB, opts DispatcherOptions) *Dispatcher {
 		db: db, transport: opts.Transport, box: opts.Box, allowPrivate: opts.AllowPrivate,
 		retryInterval: opts.RetryInterval, workers: opts.Workers, poll: opts.PollInterval,
 		lease: opts.Lease, listenURL: opts.ListenURL, claimURL: opts.ClaimURL, now: opts.Now, log: opts.Log,
-		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1),
+		onAttempt: opts.OnAttempt,
+		wake:      make(chan struct{}, 1), freed: make(chan struct{}, 1),
 	}
 }
 
@@ -312,12 +331,14 @@ type job struct {
 	// still in its rotation grace, if any.
 	secret   string
 	previous *string
+	// autoAttempts is how many automatic attempts were recorded before.
+	autoAttempts int
 }
 
 // jobColumns read a claimed delivery's job: d is the delivery (id,
 // event_id, endpoint_id), joined with its event, endpoint and business.
 // The previous secret is read only while its grace lasts (the ? is now).
-const jobColumns = `SELECT d.id, e.id, e.payload, ep.id, ep.url,
+const jobColumns = `SELECT d.id, d.auto_attempts, e.id, e.payload, ep.id, ep.url,
   ep.enabled AND ep.deleted_at IS NULL AND b.status = 'ACTIVE',
   ep.secret_ciphertext,
   CASE WHEN ep.previous_secret_expires_at > ? THEN ep.previous_secret_ciphertext END
@@ -414,7 +435,7 @@ func (d *Dispatcher) jobs(ctx context.Context, on querier, lease time.Time, q st
 	for rows.Next() {
 		j := &job{lease: lease}
 		var prev sql.NullString
-		if err := rows.Scan(&j.deliveryID, &j.eventID, &j.payload, &j.endpointID, &j.url, &j.receives, &j.secret, &prev); err != nil {
+		if err := rows.Scan(&j.deliveryID, &j.autoAttempts, &j.eventID, &j.payload, &j.endpointID, &j.url, &j.receives, &j.secret, &prev); err != nil {
 			return nil, fmt.Errorf("claim: %w", err)
 		}
 		if prev.Valid {
@@ -452,6 +473,15 @@ func (d *Dispatcher) attempt(ctx context.Context, j *job, manual bool) (outcome,
 		o.res = Result{Error: reasonSigningFailure}
 	} else {
 		o.res = d.transport.Deliver(ctx, Request{URL: j.url, MessageID: j.eventID, Body: j.payload, Secrets: secrets})
+	}
+	if d.onAttempt != nil {
+		a := AttemptInfo{Status: o.res.Status, Manual: manual, SinceCommit: -1}
+		if !manual && j.autoAttempts == 0 {
+			if queued, ok := ids.Time(j.deliveryID); ok {
+				a.First, a.SinceCommit = true, max(0, o.started.Sub(queued))
+			}
+		}
+		d.onAttempt(a)
 	}
 	return o, true
 }
