@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorilla/websocket"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
@@ -61,7 +62,13 @@ func TestMetrics(t *testing.T) {
 			}
 			defer ws.Close()
 
+			// The transport counts the connection once it has taken it
+			// over, which may be just after the dial returns.
 			text := scrape(t, srv)
+			for deadline := time.Now().Add(3 * time.Second); value(text, "voucherd_graphql_websockets") != 1 && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+				text = scrape(t, srv)
+			}
 			for series, check := range map[string]func(float64) bool{
 				`voucherd_graphql_operations_total{operation="Query.viewer",outcome="ok"}`:              func(v float64) bool { return v == 1 },
 				`voucherd_graphql_operations_total{operation="(rejected)",outcome="validation_failed"}`: func(v float64) bool { return v == 1 },

@@ -173,7 +173,7 @@ func (a *App) build(ctx context.Context) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		metrics.BuildInfo(), metrics.DBStats(db.SQL))
-	a.metrics.webhooks = metrics.NewWebhooks(reg, db.SQL, db.Rebind)
+	a.metrics.webhooks = metrics.NewWebhooks(reg, db.SQL)
 	a.metrics.graphql = metrics.NewGraphQL(reg)
 	names := make([]string, len(a.chains))
 	for i, n := range a.chains {

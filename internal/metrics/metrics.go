@@ -65,9 +65,9 @@ type Webhooks struct {
 	depth    *outboxDepth
 }
 
-// NewWebhooks registers the webhook series; depthQuery counts the pending
-// deliveries (the outbox's depth) at each scrape.
-func NewWebhooks(reg prometheus.Registerer, db *sql.DB, rebind func(string) string) *Webhooks {
+// NewWebhooks registers the webhook series; the outbox's depth (pending
+// deliveries) is counted in db at each scrape.
+func NewWebhooks(reg prometheus.Registerer, db *sql.DB) *Webhooks {
 	w := &Webhooks{
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "voucherd_webhook_delivery_attempts_total",
@@ -80,8 +80,8 @@ func NewWebhooks(reg prometheus.Registerer, db *sql.DB, rebind func(string) stri
 		}),
 		depth: &outboxDepth{
 			db: db,
-			query: rebind(`SELECT COUNT(*), COALESCE(MIN(next_attempt_at), ?) FROM webhook_deliveries
-				WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL`),
+			query: `SELECT COUNT(*), MIN(next_attempt_at) FROM webhook_deliveries
+				WHERE status = 'PENDING' AND next_attempt_at IS NOT NULL`,
 			desc: prometheus.NewDesc("voucherd_webhook_outbox_depth",
 				"Webhook deliveries waiting for an attempt (PENDING with an attempt scheduled), across every replica.", nil, nil),
 			oldest: prometheus.NewDesc("voucherd_webhook_outbox_oldest_due_seconds",
@@ -133,7 +133,7 @@ func (o *outboxDepth) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now().UTC()
 	var n int64
 	var due any
-	if err := o.db.QueryRowContext(ctx, o.query, now).Scan(&n, &due); err != nil {
+	if err := o.db.QueryRowContext(ctx, o.query).Scan(&n, &due); err != nil {
 		ch <- prometheus.NewInvalidMetric(o.desc, err)
 		return
 	}

@@ -136,3 +136,17 @@ func TestWebhookAttemptsAndGraphQL(t *testing.T) {
 	reg.MustRegister(BuildInfo())
 	lint(t, reg)
 }
+
+// MIN(next_attempt_at) comes back as time.Time from PostgreSQL and as text
+// in SQLite's format (_time_format=sqlite) from SQLite.
+func TestAsTime(t *testing.T) {
+	want := time.Date(2026, 11, 25, 19, 6, 0, 123456789, time.UTC)
+	for _, v := range []any{want, "2026-11-25 19:06:00.123456789+00:00", []byte("2026-11-25T19:06:00.123456789Z")} {
+		if got, ok := asTime(v); !ok || !got.Equal(want) {
+			t.Errorf("asTime(%v) = %v %v", v, got, ok)
+		}
+	}
+	if _, ok := asTime(nil); ok {
+		t.Error("asTime(nil) ok")
+	}
+}

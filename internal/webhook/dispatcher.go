@@ -335,7 +335,7 @@ type job struct {
 	autoAttempts int
 }
 
-// jobColumns read a claimed delivery's job: d is the delivery (id,
+// jobColumns read a claimed delivery's job: d is the delivery (id, auto_attempts,
 // event_id, endpoint_id), joined with its event, endpoint and business.
 // The previous secret is read only while its grace lasts (the ? is now).
 const jobColumns = `SELECT d.id, d.auto_attempts, e.id, e.payload, ep.id, ep.url,
@@ -363,7 +363,7 @@ func (d *Dispatcher) claim(ctx context.Context, claims querier, n int) ([]*job, 
 	if d.db.IsPostgres() {
 		q := `WITH c AS (UPDATE webhook_deliveries SET leased_until = ?
   WHERE id IN (` + claimSubquery + ` FOR UPDATE SKIP LOCKED)
-  RETURNING id, event_id, endpoint_id)
+  RETURNING id, event_id, endpoint_id, auto_attempts)
 ` + fmt.Sprintf(jobColumns, "c")
 		// Placeholders in text order: the CTE's, then the select's.
 		return d.jobs(ctx, claims, until, q, until, now, now, n, now)

@@ -57,7 +57,9 @@ func TestDispatcherDelivers(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
 		f := newFixture(t, db, fixtureOptions{})
 		// A long poll: only the commit's wake-up can make this quick.
-		f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet, PollInterval: time.Hour})
+		heard := make(chan webhook.AttemptInfo, 8)
+		f.disp = webhook.NewDispatcher(db, webhook.DispatcherOptions{Transport: f.transport, Box: f.box, Log: quiet, PollInterval: time.Hour,
+			OnAttempt: func(a webhook.AttemptInfo) { heard <- a }})
 		f.outbox = webhook.NewOutbox(db, webhook.OutboxOptions{Wake: f.disp.Wake})
 		e := f.endpoint(t, "https://hooks.example.com/a")
 		f.run(t)
@@ -85,6 +87,16 @@ func TestDispatcherDelivers(t *testing.T) {
 		as := f.attempts(t, d.ID)
 		if len(as) != 1 || as[0].Manual || as[0].ResponseStatus == nil || *as[0].ResponseStatus != 200 || as[0].Error != nil {
 			t.Fatalf("attempts %+v", as)
+		}
+		// The metrics hook heard the first automatic attempt, timed from
+		// the commit that queued it.
+		select {
+		case a := <-heard:
+			if a.Status != 200 || a.Manual || !a.First || a.SinceCommit < 0 || a.SinceCommit > time.Since(start) {
+				t.Fatalf("OnAttempt heard %+v (%v since the redeem)", a, time.Since(start))
+			}
+		default:
+			t.Fatal("OnAttempt heard nothing")
 		}
 	})
 }
