@@ -138,7 +138,7 @@ func TestValidatorFindsMismatches(t *testing.T) {
 	}
 	get := func(path string) *http.Request { return httptest.NewRequest("GET", path, nil) }
 	json := http.Header{"Content-Type": {"application/json; charset=utf-8"}}
-	rates := `{"base":"USD","rates":{"ETH":"3120.5"},"updatedAt":"2026-11-25T12:00:00.000Z"}`
+	rates := `{"base":"USD","rates":{"ETH":"3120.5"},"updatedAt":"2026-11-25T12:00:00.000Z","sources":{"ETH":{"source":"feed","updatedAt":"2026-11-25T12:00:00.000Z"}}}`
 	if err := v.Exchange(get("/api/v1/finance/rates"), nil, 200, json, []byte(rates)); err != nil {
 		t.Fatalf("a right answer: %v", err)
 	}
@@ -148,8 +148,8 @@ func TestValidatorFindsMismatches(t *testing.T) {
 		status int
 		answer string
 	}{
-		"a number for money":     {get("/api/v1/finance/rates"), "", 200, `{"base":"USD","rates":{"ETH":3120.5},"updatedAt":"2026-11-25T12:00:00.000Z"}`},
-		"an undocumented field":  {get("/api/v1/finance/rates"), "", 200, `{"base":"USD","rates":{},"updatedAt":"2026-11-25T12:00:00.000Z","x":1}`},
+		"a number for money":     {get("/api/v1/finance/rates"), "", 200, `{"base":"USD","rates":{"ETH":3120.5},"updatedAt":"2026-11-25T12:00:00.000Z","sources":{}}`},
+		"an undocumented field":  {get("/api/v1/finance/rates"), "", 200, `{"base":"USD","rates":{},"updatedAt":"2026-11-25T12:00:00.000Z","sources":{},"x":1}`},
 		"an undocumented status": {get("/api/v1/finance/rates"), "", 418, `{"code":"internal","message":"teapot"}`},
 		"an unknown error code":  {get("/api/v1/finance/rates"), "", 500, `{"code":"oops","message":"?"}`},
 		"an unknown route, 200":  {get("/api/v1/nowhere"), "", 200, `{}`},
