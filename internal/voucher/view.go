@@ -96,6 +96,9 @@ type SettlementTransaction struct {
 	Amount          string `json:"amount,omitempty"`
 }
 
+// SettlementOf is v's settlement as REST shows it (nil before resolve).
+func SettlementOf(v *ent.Voucher) *Settlement { return settlementView(v.Settlement) }
+
 func settlementView(s *payment.Settlement) *Settlement {
 	if s == nil {
 		return nil

@@ -246,25 +246,25 @@ const (
 // PublicCheckout is the checkout's public view: what its token shows (GET
 // /api/v1/checkout/:token, the hosted page, its live events).
 type PublicCheckout struct {
-	ID              string       `json:"id"`
-	BusinessName    string       `json:"businessName"`
-	Amount          string       `json:"amount"`
+	ID           string `json:"id"`
+	BusinessName string `json:"businessName"`
+	Amount       string `json:"amount"`
 	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
-	AmountAtomic string `json:"amountAtomic"`
-	Currency        string       `json:"currency"`
-	CurrencyAddress string       `json:"currencyAddress"`
-	Decimals        int32        `json:"decimals"`
-	Native          bool         `json:"native"`
-	Network         string       `json:"network"`
-	NetworkType     string       `json:"networkType"`
-	ChainID         string       `json:"chainId"`
-	PayeeAddress    string       `json:"payeeAddress"`
-	Status          string       `json:"status"`
-	Settlement      any          `json:"settlement"`
-	TransactionHash *string      `json:"transactionHash,omitempty"`
-	ExpiresAt       apitime.Time `json:"expiresAt"`
-	PaymentURI      string       `json:"paymentUri"`
-	Version         int          `json:"version"`
+	AmountAtomic    string              `json:"amountAtomic"`
+	Currency        string              `json:"currency"`
+	CurrencyAddress string              `json:"currencyAddress"`
+	Decimals        int32               `json:"decimals"`
+	Native          bool                `json:"native"`
+	Network         string              `json:"network"`
+	NetworkType     string              `json:"networkType"`
+	ChainID         string              `json:"chainId"`
+	PayeeAddress    string              `json:"payeeAddress"`
+	Status          string              `json:"status"`
+	Settlement      *voucher.Settlement `json:"settlement"`
+	TransactionHash *string             `json:"transactionHash,omitempty"`
+	ExpiresAt       apitime.Time        `json:"expiresAt"`
+	PaymentURI      string              `json:"paymentUri"`
+	Version         int                 `json:"version"`
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
@@ -333,7 +333,7 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicCheckou
 	out := &PublicCheckout{
 		ID: v.ID, BusinessName: businessName, Amount: p.Amount, Currency: p.Currency,
 		CurrencyAddress: p.CurrencyAddress, Network: p.Network, PayeeAddress: p.Wallet.Address,
-		Status: PageStatus(v, ""), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
+		Status: PageStatus(v), Settlement: voucher.SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
 	}
 	if tok, ok := s.reg.Token(p.Network, p.Currency); ok {
 		out.Decimals, out.Native = tok.Decimals, tok.Native
@@ -354,9 +354,9 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicCheckou
 
 // PageStatus is a checkout's page status: awaiting_payment while it can be
 // paid, expired or failed when it ended unpaid, and once the customer
-// submitted a payment what settlement says of it (settlement is its
-// settlement status, "" when none is known yet: pending).
-func PageStatus(v *ent.Voucher, settlement string) string {
+// submitted a payment what its settlement says (pending until the chain
+// has confirmed it; DECISIONS.md, "Settlement").
+func PageStatus(v *ent.Voucher) string {
 	switch v.Status {
 	case entvoucher.StatusREDEEMED, entvoucher.StatusRESERVED:
 		return StatusAwaitingPayment
@@ -366,14 +366,18 @@ func PageStatus(v *ent.Voucher, settlement string) string {
 		}
 		return StatusFailed
 	}
+	settlement := ""
+	if v.Settlement != nil {
+		settlement = v.Settlement.Status
+	}
 	switch settlement {
-	case "CONFIRMED":
+	case payment.SettlementConfirmed:
 		return StatusConfirmed
-	case "UNDERPAID":
+	case payment.SettlementUnderpaid:
 		return StatusUnderpaid
-	case "OVERPAID":
+	case payment.SettlementOverpaid:
 		return StatusOverpaid
-	case "FAILED":
+	case payment.SettlementFailed:
 		return StatusFailed
 	}
 	return StatusPending
