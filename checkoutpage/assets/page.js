@@ -69,7 +69,12 @@
       body: JSON.stringify({ transactionHash: hash })
     }).then(function (r) {
       return r.json().then(function (body) {
-        if (!r.ok) throw new Error(body && body.message ? body.message : "The hash was not accepted.");
+        if (!r.ok) {
+          var why = body && body.details && body.details.length
+            ? body.details.map(function (x) { return x.field + " " + x.reason; }).join("; ")
+            : (body && body.message) || "The hash was not accepted.";
+          throw new Error(why);
+        }
         setState(body);
       });
     }).catch(function (e) { showError(e.message); });
