@@ -40,10 +40,11 @@
   var cd = $("[data-countdown]");
   var timer = null;
   function tick() {
-    var left = Math.max(0, Math.floor((expires - Date.now()) / 1000));
+    var ms = expires - Date.now();
+    var left = Math.max(0, Math.ceil(ms / 1000));
     var m = Math.floor(left / 60), s = left % 60;
     cd.textContent = m + ":" + (s < 10 ? "0" : "") + s;
-    if (left === 0 && root.dataset.status === "awaiting_payment") {
+    if (ms <= 0 && root.dataset.status === "awaiting_payment") {
       setState({ status: "expired" });
     }
   }
