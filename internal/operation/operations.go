@@ -156,9 +156,9 @@ var (
 		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/rotate-secret", GraphQL: "Mutation.rotateWidgetSecret"})
 	DeleteWidget = declare(&Op{Name: "deleteWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
 		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/delete-widget", GraphQL: "Mutation.deleteWidget"})
-	WidgetConfig = declare(&Op{Name: "widgetConfig", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
+	WidgetConfig = declare(&Op{Name: "widgetConfig", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
 		REST: "GET /api/v1/widgets/{widgetId}/config"})
-	CreateCheckout = declare(&Op{Name: "createCheckout", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
+	CreateCheckout = declare(&Op{Name: "createCheckout", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
 		REST: "POST /api/v1/widgets/{widgetId}/create-checkout"})
 	GetCheckout = declare(&Op{Name: "getCheckout", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
 		REST: "GET /api/v1/checkout/{token}"})
