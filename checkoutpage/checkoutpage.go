@@ -189,7 +189,8 @@ func (h *handler) fail(w http.ResponseWriter, r *http.Request, err error) {
 // 2 s when it does end.
 func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	token := r.PathValue("token")
-	v, name, err := h.Widgets.CheckoutVoucher(r.Context(), token)
+	// The first read only refuses an unknown token before the stream opens.
+	v, _, err := h.Widgets.CheckoutVoucher(r.Context(), token)
 	if err != nil {
 		httpx.WriteError(w, r, h.Log, err)
 		return
@@ -209,6 +210,7 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 	rc := http.NewResponseController(w)
 	// Re-read after subscribing, so a change between the first read and
 	// the subscription is not missed.
+	var name string
 	if v, name, err = h.Widgets.CheckoutVoucher(ctx, token); err != nil {
 		httpx.WriteError(w, r, h.Log, err)
 		return
