@@ -80,12 +80,9 @@ func ref(name string) obj { return obj{"$ref": name} }
 
 // complete adds the route table's parts to op.
 func complete(op obj, r rest.Route, comps obj) {
-	switch r.Token {
-	case "none":
+	if r.Token == "none" {
 		op["security"] = []any{}
-	case "widget-client":
-		op["security"] = []any{obj{"clientSecret": []any{}}, obj{"bearerAuth": []any{}}}
-	default:
+	} else {
 		op["security"] = []any{obj{"bearerAuth": []any{}}}
 	}
 	if r.Group != "" {
