@@ -5,7 +5,7 @@ GOFLAGS   ?=
 STATICCHECK_VERSION ?= v0.8.2
 TEST_TIMEOUT ?= 20m
 
-.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres ensure-chromium fuzz
+.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres ensure-chromium ensure-promtool fuzz
 
 ## run: the dev chain (cmd/devchain: an in-process go-ethereum chain served
 ## on 127.0.0.1:8545, dev tokens at fixed addresses) and the service on the
@@ -21,12 +21,12 @@ build:
 ## test: everything, on SQLite and PostgreSQL, with the race detector, after
 ## checking that generated code and migrations are up to date and that the
 ## lint is clean.
-test: ensure-postgres ensure-chromium check-generated lint
+test: ensure-postgres ensure-chromium ensure-promtool check-generated lint
 	$(GO) vet ./...
 	$(GO) test -race -count=1 -timeout $(TEST_TIMEOUT) ./...
 
 ## test-short: the suite without regenerating (for quick local loops).
-test-short: ensure-postgres ensure-chromium
+test-short: ensure-postgres ensure-chromium ensure-promtool
 	$(GO) test -count=1 ./...
 
 ensure-postgres:
@@ -36,6 +36,11 @@ ensure-postgres:
 ## (internal/testbrowser), installed with apt-get when missing.
 ensure-chromium:
 	@bash scripts/ensure-chromium.sh
+
+## ensure-promtool: Prometheus' promtool (Debian's prometheus package), which
+## cmd/voucherd TestMetrics runs on the real binary's /metrics.
+ensure-promtool:
+	@bash scripts/ensure-promtool.sh
 
 ## generate: ent first (it writes graph/schema/ent.graphql), then gqlgen,
 ## then the printed schema (graph/schema.graphql: one SDL file, no gqlgen
