@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/voucherd/voucherd/internal/app"
 	"github.com/voucherd/voucherd/internal/config"
 )
 
@@ -56,7 +55,7 @@ func run() error {
 		defer pprofLn.Close()
 	}
 
-	a, err := app.New(ctx, cfg, log)
+	a, err := newApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}

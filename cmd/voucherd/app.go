@@ -1,7 +1,8 @@
-// Package app assembles the service from its configuration: storage,
-// services, the two doors and the background workers. cmd/voucherd runs it;
-// tests build the same App.
-package app
+// The composition root: App assembles the service from its configuration:
+// storage, services, the two doors and the background workers. main runs
+// it; the end-to-end tests run the same binary (internal/testserver).
+
+package main
 
 import (
 	"context"
@@ -105,7 +106,7 @@ type App struct {
 // Clock is the time source; tests replace it.
 type Clock func() time.Time
 
-// Option adjusts how New assembles the App.
+// Option adjusts how newApp assembles the App.
 type Option func(*App)
 
 // WithSettlementNetworks makes networks verified: their receipts are
@@ -115,8 +116,8 @@ func WithSettlementNetworks(networks ...settlement.Network) Option {
 	return func(a *App) { a.chains = append(a.chains, networks...) }
 }
 
-// New opens storage, migrates it and builds every service.
-func New(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
+// newApp opens storage, migrates it and builds every service.
+func newApp(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
 	db, err := storage.Open(ctx, cfg.DatabaseURL, storage.Options{MaxOpenConns: cfg.DBMaxConns, Unprepared: !cfg.DBPrepare})
 	if err != nil {
 		return nil, err
