@@ -335,6 +335,19 @@ func TestOnSimulatedChain(t *testing.T) {
 			if err := w.sim.Fork(parent.Hash()); err != nil {
 				t.Fatal(err)
 			}
+			// Fork moves the head, and the node's pool resets to it on a
+			// background goroutine: a transaction sent now may still be
+			// checked against the old head, where the payment's nonce is
+			// spent ("nonce too low"). Rollback waits for that reset (the
+			// pool's Sync) and drops the payment the reset put back in the
+			// pool, so the double spend below meets the forked state.
+			w.sim.Rollback()
+			if n, err := w.sim.Client.NonceAt(context.Background(), w.payer.Address, nil); err != nil || n != tx.Nonce() {
+				t.Fatalf("the forked head's nonce for the payer is %d (%v), want the payment's %d", n, err, tx.Nonce())
+			}
+			if n, err := w.sim.Client.PendingNonceAt(context.Background(), w.payer.Address); err != nil || n != tx.Nonce() {
+				t.Fatalf("the pool's nonce for the payer after the fork is %d (%v), want the payment's %d", n, err, tx.Nonce())
+			}
 			id, _ := w.sim.Client.ChainID(context.Background())
 			stranger := common.HexToAddress(stranger)
 			replace := types.NewTx(&types.LegacyTx{Nonce: tx.Nonce(), GasPrice: new(big.Int).Mul(tx.GasPrice(), big.NewInt(3)),
