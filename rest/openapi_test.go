@@ -9,7 +9,7 @@ import (
 )
 
 // The binary serves the committed document (every exchange of the suite
-// through testserver is validated against it: internal/openapi.Transport).
+// through testserver is validated against it: rest/openapi.Transport).
 func TestServesOpenAPIDocument(t *testing.T) {
 	t.Parallel()
 	srv := testserver.Start(t, testserver.Options{Dialect: "sqlite3"})

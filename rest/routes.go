@@ -9,7 +9,7 @@ import (
 )
 
 // Route is one /api/v1 route as registered: what the OpenAPI document is
-// generated from and checked against (rest/openapi.yaml, internal/openapi).
+// generated from and checked against (rest/openapi.yaml, rest/openapi).
 type Route struct {
 	Method string
 	// Path is the OpenAPI path: the pattern's path without a trailing {$}.

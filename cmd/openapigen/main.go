@@ -1,5 +1,5 @@
 // Command openapigen writes rest/openapi.json from rest/openapi.yaml and the
-// REST route table (internal/openapi); `make generate` runs it from the
+// REST route table (rest/openapi); `make generate` runs it from the
 // module root. It fails, naming each problem, when the document and the
 // routes are out of step.
 package main
@@ -8,7 +8,7 @@ import (
 	"log"
 	"os"
 
-	"github.com/voucherd/voucherd/internal/openapi"
+	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/rest"
 )
 

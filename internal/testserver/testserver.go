@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voucherd/voucherd/internal/openapi"
+	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/internal/testdb"
 	"github.com/voucherd/voucherd/rest"
 )
@@ -69,7 +69,7 @@ var (
 )
 
 // validator is the OpenAPI document's validator: every /api/v1 exchange a
-// Server's Client makes is checked against the document (internal/openapi),
+// Server's Client makes is checked against the document (rest/openapi),
 // and a mismatch fails the test that made it.
 func validator(t testing.TB) *openapi.Validator {
 	t.Helper()

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/openapi"
+	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/rest"
 )
 
@@ -97,7 +97,7 @@ func TestCheckFindsDrift(t *testing.T) {
 
 // The Error schema's code enum is exactly apperr's codes.
 func TestErrorCodesAreDocumented(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "apperr", "apperr.go"), nil, 0)
+	f, err := parser.ParseFile(token.NewFileSet(), filepath.Join("..", "..", "internal", "apperr", "apperr.go"), nil, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
