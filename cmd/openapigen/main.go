@@ -8,8 +8,8 @@ import (
 	"log"
 	"os"
 
-	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/rest"
+	"github.com/voucherd/voucherd/rest/openapi"
 )
 
 func main() {

@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/internal/testdb"
 	"github.com/voucherd/voucherd/rest"
+	"github.com/voucherd/voucherd/rest/openapi"
 )
 
 var (

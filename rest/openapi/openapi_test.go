@@ -14,8 +14,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/rest"
+	"github.com/voucherd/voucherd/rest/openapi"
 )
 
 func source(t *testing.T) []byte {
