@@ -17,7 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/graph"
 	"github.com/voucherd/voucherd/internal/business"
-	"github.com/voucherd/voucherd/internal/testdb"
+	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 )
 
 const voucherSub = `subscription($id: ID, $s: ID, $b: ID) {

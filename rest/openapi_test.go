@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 	"github.com/voucherd/voucherd/rest"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testpg"
+	"github.com/voucherd/voucherd/internal/testsupport/testpg"
 )
 
 func main() {

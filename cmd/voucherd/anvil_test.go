@@ -15,7 +15,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 )
 
 // End to end against an independent node: anvil (Foundry, from the npm

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 )
 
 const chainFinance = `{

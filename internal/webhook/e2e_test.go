@@ -1,6 +1,6 @@
 package webhook_test
 
-// End-to-end tests: the real voucherd binary (internal/testserver) against
+// End-to-end tests: the real voucherd binary (internal/testsupport/testserver) against
 // a local receiver, on SQLite and PostgreSQL, used the way a business
 // would: over REST and GraphQL.
 
@@ -18,8 +18,8 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testdb"
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
 

@@ -23,7 +23,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voucherd/voucherd/internal/testdb"
+	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/rest"
 	"github.com/voucherd/voucherd/rest/openapi"
 )

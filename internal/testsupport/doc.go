@@ -1,0 +1,7 @@
+// Package testsupport is the one parent of what tests share: testpg (a
+// throwaway PostgreSQL cluster), testdb (a fresh SQLite or PostgreSQL
+// database per test), testserver (the real voucherd binary and a client
+// checked against the OpenAPI document) and testbrowser (headless Chromium).
+// The service binary never imports them (the layering test holds that);
+// tools that need a throwaway database (cmd/migrategen, the bench) may.
+package testsupport
