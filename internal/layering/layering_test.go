@@ -1,0 +1,180 @@
+package layering_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/voucherd/voucherd"
+
+// doors are the packages that speak to clients. Each is a tree: a door's
+// subpackages (graph/wstransport, rest/openapi) belong to it.
+var doors = []string{"graph", "rest", "checkoutpage"}
+
+// httpAllowed are the internal/ packages that may import net/http (or
+// net/http/...), each with the reason. Every other internal/ package is
+// domain or plumbing that a door calls with plain Go values. An entry whose
+// package no longer imports net/http fails the test, so the list stays tight.
+var httpAllowed = map[string]string{
+	"internal/apperr":                   "the one table from error kinds to HTTP status codes, which both doors read",
+	"internal/auth":                     "the bearer-token middleware that puts the principal in the request context",
+	"internal/httpx":                    "the HTTP middleware (CORS, gzip, JSON bodies, limits) the doors mount",
+	"internal/idempotency":              "the Idempotency-Key middleware: it records and replays whole HTTP answers",
+	"internal/netguard":                 "the outbound HTTP client that refuses private addresses (webhooks, chain RPC)",
+	"internal/ratelimit":                "the gate charges requests by client address and writes RateLimit-* headers",
+	"internal/settlement/evm":           "the EVM chain adapter speaks JSON-RPC over HTTP",
+	"internal/settlement/evm/testchain": "the dev and test chain serves JSON-RPC over HTTP (cmd/devchain, tests)",
+	"internal/settlement/solana":        "the Solana chain adapter speaks JSON-RPC over HTTP",
+	"internal/webhook/sender":           "the webhook sender POSTs signed deliveries",
+	"internal/webhook/signing":          "the signature is a set of HTTP headers (webhook-id, -timestamp, -signature)",
+	"internal/testsupport/testbrowser":  "test support: serves pages to headless Chromium",
+	"internal/testsupport/testserver":   "test support: an HTTP client of the real binary",
+}
+
+// doorAllowed are the internal/ packages that may depend on a door, each
+// with the reason.
+var doorAllowed = map[string]string{
+	"internal/testsupport/testserver": "test support: checks every exchange against the REST door's OpenAPI document (rest.OpenAPI, rest/openapi)",
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+	Deps       []string
+}
+
+// list is `go list -json` over the module: each package's direct imports
+// and its transitive dependencies, without tests (the rules are about the
+// code the service runs; tests may drive a door through testsupport).
+func list(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatalf("go env GOMOD: %v", err)
+	}
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,Deps", module+"/...")
+	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	b, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.String())
+	}
+	var pkgs []pkg
+	dec := json.NewDecoder(bytes.NewReader(b))
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		p.ImportPath = strings.TrimPrefix(p.ImportPath, module+"/")
+		for i := range p.Imports {
+			p.Imports[i] = strings.TrimPrefix(p.Imports[i], module+"/")
+		}
+		for i := range p.Deps {
+			p.Deps[i] = strings.TrimPrefix(p.Deps[i], module+"/")
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found only %d packages", len(pkgs))
+	}
+	return pkgs
+}
+
+func under(path, root string) bool { return path == root || strings.HasPrefix(path, root+"/") }
+
+func doorOf(path string) string {
+	for _, d := range doors {
+		if under(path, d) {
+			return d
+		}
+	}
+	return ""
+}
+
+func isHTTP(path string) bool { return under(path, "net/http") }
+
+func TestLayering(t *testing.T) {
+	pkgs := list(t)
+	seen := map[string]bool{}
+	usesHTTP := map[string]bool{}
+	usesDoor := map[string]bool{}
+	for _, p := range pkgs {
+		seen[p.ImportPath] = true
+		door := doorOf(p.ImportPath)
+		// Doors never import each other, directly or through anything.
+		if door != "" {
+			for _, d := range p.Deps {
+				if other := doorOf(d); other != "" && other != door {
+					t.Errorf("%s (door %s) depends on %s (door %s): doors meet only in internal/", p.ImportPath, door, d, other)
+				}
+			}
+		}
+		if !under(p.ImportPath, "internal") {
+			continue
+		}
+		// internal/ never depends on a door.
+		for _, d := range p.Deps {
+			if doorOf(d) == "" {
+				continue
+			}
+			usesDoor[p.ImportPath] = true
+			if _, ok := doorAllowed[p.ImportPath]; !ok {
+				t.Errorf("%s depends on the door package %s: move the code that needs it into the door, or the composition root (cmd/voucherd)", p.ImportPath, d)
+			}
+		}
+		// Only the named infrastructure imports net/http.
+		for _, imp := range p.Imports {
+			if isHTTP(imp) {
+				usesHTTP[p.ImportPath] = true
+				if _, ok := httpAllowed[p.ImportPath]; !ok {
+					t.Errorf("%s imports %s: only infrastructure may (httpAllowed in this test, with a reason); a domain package takes and returns plain values", p.ImportPath, imp)
+				}
+			}
+		}
+	}
+	// The service binary carries no test support.
+	for _, p := range pkgs {
+		if p.ImportPath != "cmd/voucherd" {
+			continue
+		}
+		for _, d := range p.Deps {
+			if under(d, "internal/testsupport") {
+				t.Errorf("cmd/voucherd depends on %s: test support stays out of the service binary", d)
+			}
+		}
+	}
+	if !seen["graph"] || !seen["rest"] || !seen["cmd/voucherd"] {
+		t.Fatalf("go list did not report graph, rest and cmd/voucherd: %v", sortedKeys(seen))
+	}
+	// The allow-lists name only packages that still need them.
+	for path := range httpAllowed {
+		if !usesHTTP[path] {
+			t.Errorf("httpAllowed names %s, which does not import net/http (any more): drop it", path)
+		}
+	}
+	for path := range doorAllowed {
+		if !usesDoor[path] {
+			t.Errorf("doorAllowed names %s, which does not depend on a door (any more): drop it", path)
+		}
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	sort.Strings(ks)
+	return ks
+}
