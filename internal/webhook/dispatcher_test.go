@@ -19,7 +19,6 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/netguard"
-	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
@@ -434,9 +433,7 @@ func TestDeliveryLog(t *testing.T) {
 		})
 		redeemed := simple(f.biz.ID, entvoucher.StatusREDEEMED, "10", "")
 		change(t, f, simple(f.biz.ID, entvoucher.StatusRESERVED, "10", ""), redeemed)
-		change(t, f, redeemed, with(redeemed, func(c *ent.Voucher) {
-			c.Status, c.Receipts = entvoucher.StatusRESOLVED, []payment.Receipt{receipt("10")}
-		}))
+		change(t, f, redeemed, f.resolve(t, redeemed, receipt("10")))
 		f.run(t)
 		eventually(t, 5*time.Second, "b delivered", func() bool {
 			return db.WebhookDelivery.Query().Where(webhookdelivery.EndpointID(b.ID), webhookdelivery.StatusEQ(webhookdelivery.StatusSUCCEEDED)).CountX(context.Background()) == 1

@@ -6,15 +6,12 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/shopspring/decimal"
-
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/ids"
-	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -26,43 +23,11 @@ import (
 // A lost wake-up costs at most a poll interval (DefaultPollInterval).
 const NotifyChannel = "webhook_deliveries"
 
-// Verdict is what receipt verification concluded.
-type Verdict int
-
-// Verdicts.
-const (
-	// Accepted: the receipts stand; the paid sum decides confirmed,
-	// underpaid or overpaid.
-	Accepted Verdict = iota
-	// Rejected: the receipts do not prove the payment (deposit.failed).
-	Rejected
-	// Deferred: the verifier answers later, through Outbox.ReceiptsVerified.
-	Deferred
-)
-
-// ReceiptVerifier checks a resolved voucher's receipts (on chain, say). It
-// runs inside the resolving transaction, so it must be quick: a verifier
-// that needs block confirmations returns Deferred and reports later.
-type ReceiptVerifier interface {
-	VerifyReceipts(ctx context.Context, v *ent.Voucher) (Verdict, error)
-}
-
-// TrustReported is the default verifier: it accepts the reported receipt
-// amounts at once.
-type TrustReported struct{}
-
-// VerifyReceipts accepts.
-func (TrustReported) VerifyReceipts(context.Context, *ent.Voucher) (Verdict, error) {
-	return Accepted, nil
-}
-
 // OutboxOptions configure the Outbox.
 type OutboxOptions struct {
 	// View renders a voucher as the REST door does; its JSON is the
 	// payload's data.voucher.
 	View func(*ent.Voucher) any
-	// Verifier checks receipts; nil is TrustReported.
-	Verifier ReceiptVerifier
 	// Wake is called after a commit that queued deliveries (the local
 	// dispatcher's Wake, and on PostgreSQL a NotifyChannel signal to the
 	// other replicas), so the first attempt does not wait for a poll.
@@ -73,27 +38,25 @@ type OutboxOptions struct {
 // Outbox turns business voucher changes into deposit events and queues
 // their deliveries, inside the transaction of the change (the voucher
 // service's EventSink). A change that commits has its events; one that rolls
-// back has none.
+// back has none. It judges no payment: whether a deposit is confirmed,
+// underpaid, overpaid or failed is the settlement domain's verdict
+// (internal/settlement), which the outbox only turns into events.
 type Outbox struct {
-	db       *storage.DB
-	view     func(*ent.Voucher) any
-	verifier ReceiptVerifier
-	wake     func()
-	now      func() time.Time
+	db   *storage.DB
+	view func(*ent.Voucher) any
+	wake func()
+	now  func() time.Time
 }
 
 // NewOutbox returns the outbox writing to db.
 func NewOutbox(db *storage.DB, opts OutboxOptions) *Outbox {
-	if opts.Verifier == nil {
-		opts.Verifier = TrustReported{}
-	}
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
 	if opts.View == nil {
 		opts.View = func(v *ent.Voucher) any { return map[string]string{"id": v.ID} }
 	}
-	return &Outbox{db: db, view: opts.View, verifier: opts.Verifier, wake: opts.Wake, now: opts.Now}
+	return &Outbox{db: db, view: opts.View, wake: opts.Wake, now: opts.Now}
 }
 
 // Discard reasons the voucher service records.
@@ -119,12 +82,11 @@ func (o *Outbox) VoucherChanged(ctx context.Context, tx *ent.Tx, prev, next *ent
 			// from what the chain shows (SettlementChanged), not the resolve.
 			break
 		}
+		// Trusted receipts (a network without a chain): the settlement
+		// the resolve opened is already final, and its status is the
+		// verdict.
 		types = []string{DepositPending}
-		verdict, err := o.verifier.VerifyReceipts(ctx, next)
-		if err != nil {
-			return fmt.Errorf("webhook: verify receipts: %w", err)
-		}
-		if t, ok := verifiedType(next, verdict); ok {
+		if t, ok := verdictType(next.Settlement); ok {
 			types = append(types, t)
 		}
 	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusDISCARDED:
@@ -147,122 +109,58 @@ func (o *Outbox) SettlementChanged(ctx context.Context, tx *ent.Tx, v *ent.Vouch
 	return o.record(ctx, tx, v, types)
 }
 
-// ReceiptsVerified records the outcome of a Deferred verification: a
-// verifier that answers later calls it in a transaction of its own.
-func (o *Outbox) ReceiptsVerified(ctx context.Context, tx *ent.Tx, v *ent.Voucher, verdict Verdict) error {
-	if v == nil || v.BusinessID == nil || v.Status != voucher.StatusRESOLVED {
-		return nil
-	}
-	t, ok := verifiedType(v, verdict)
-	if !ok {
-		return nil
-	}
-	return o.record(ctx, tx, v, []string{t})
-}
-
-func verifiedType(v *ent.Voucher, verdict Verdict) (string, bool) {
-	if st := v.Settlement; st != nil && verdict == Accepted {
-		// The settlement's status is the verdict (trusted receipts on a
-		// network without a chain judged by internal/settlement).
-		switch st.Status {
-		case payment.SettlementUnderpaid:
-			return DepositUnderpaid, true
-		case payment.SettlementOverpaid:
-			return DepositOverpaid, true
-		case payment.SettlementFailed:
-			return DepositFailed, true
-		}
-		return DepositConfirmed, true
-	}
-	switch verdict {
-	case Accepted:
-		return settle(v).eventType, true
-	case Rejected:
-		return DepositFailed, true
-	default:
+// verdictType is the deposit event of a final settlement's status; a
+// voucher without a settlement (resolved before settlement existed, or by a
+// voucher service without one) has no verdict to report.
+func verdictType(st *payment.Settlement) (string, bool) {
+	if st == nil {
 		return "", false
 	}
+	switch st.Status {
+	case payment.SettlementConfirmed:
+		return DepositConfirmed, true
+	case payment.SettlementUnderpaid:
+		return DepositUnderpaid, true
+	case payment.SettlementOverpaid:
+		return DepositOverpaid, true
+	case payment.SettlementFailed:
+		return DepositFailed, true
+	}
+	return "", false
 }
 
-// settlement is what the receipts say about a deposit.
-type settlement struct {
+// deposit is what an event says about the payment: the due terms, and the
+// paid sum as the settlement found it.
+type deposit struct {
 	network, currency string
 	// due is the amount the payer owes: the supplied (negotiated) amount,
 	// else the expected one. Empty for CUSTOM vouchers, which name no amount.
 	due string
-	// paid is the paid sum once receipts exist; empty before, and for CUSTOM.
-	paid      string
-	eventType string
+	// paid is the settlement's paid sum (from the chain on a verified
+	// network, as reported otherwise); empty before, and for CUSTOM.
+	paid string
 }
 
-// settle compares the receipts with the payment due. A receipt without an
-// amount counts as paying exactly what the others left unpaid, so it never
-// makes a deposit under- or overpaid by itself; amounts it does report
-// still can.
-func settle(v *ent.Voucher) settlement {
-	s := settlement{eventType: DepositConfirmed}
+func depositOf(v *ent.Voucher) deposit {
+	var d deposit
 	if v.Type == nil || *v.Type != voucher.TypeSIMPLE {
 		if len(v.Networks) == 1 {
-			s.network = v.Networks[0].Network
+			d.network = v.Networks[0].Network
 		}
-		return s
+		return d
 	}
 	due := v.ExpectedPayment
 	if v.SuppliedPayment != nil && v.SuppliedPayment.Amount != "" {
 		due = v.SuppliedPayment
 	}
 	if due == nil {
-		return s
+		return d
 	}
-	s.network, s.currency, s.due = due.Network, due.Currency, due.Amount
-	if v.Status != voucher.StatusRESOLVED {
-		return s
+	d.network, d.currency, d.due = due.Network, due.Currency, due.Amount
+	if v.Status == voucher.StatusRESOLVED && v.Settlement != nil {
+		d.paid = v.Settlement.PaidAmount
 	}
-	if v.Settlement != nil {
-		// The settlement's paid sum: from the chain on a verified
-		// network, as reported otherwise.
-		s.paid = v.Settlement.PaidAmount
-		return s
-	}
-	dueAmount, err := money.ParseAnyScale(due.Amount)
-	if err != nil {
-		return s
-	}
-	paid, open := sumReceipts(v.Receipts, due.ID)
-	if open && paid.LessThan(dueAmount) {
-		paid = dueAmount
-	}
-	s.paid = money.Format(paid)
-	switch paid.Cmp(dueAmount) {
-	case -1:
-		s.eventType = DepositUnderpaid
-	case 1:
-		s.eventType = DepositOverpaid
-	}
-	return s
-}
-
-// sumReceipts adds the amounts of the receipts naming paymentID; open
-// reports a receipt without an amount.
-func sumReceipts(receipts []payment.Receipt, paymentID string) (sum decimal.Decimal, open bool) {
-	for _, r := range receipts {
-		if r.PaymentID != paymentID {
-			continue
-		}
-		if r.Amount == "" {
-			open = true
-			continue
-		}
-		// The voucher service validated the amount; one that does not
-		// parse counts as unreported rather than failing the resolve.
-		a, err := money.ParseAnyScale(r.Amount)
-		if err != nil {
-			open = true
-			continue
-		}
-		sum = sum.Add(a)
-	}
-	return sum, open
+	return d
 }
 
 // Payload is an event as receivers get it; it is serialized once, when the
@@ -292,7 +190,7 @@ func (o *Outbox) record(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types [
 	}
 	businessID := *v.BusinessID
 	now := o.now().UTC().Truncate(time.Millisecond)
-	s := settle(v)
+	s := depositOf(v)
 	view := o.view(v)
 
 	endpoints, err := tx.WebhookEndpoint.Query().

@@ -95,15 +95,13 @@ func TestOutboxEventTypes(t *testing.T) {
 		reserved.ExpectedPayment, reserved.Type = nil, nil
 		redeemed := simple(b, entvoucher.StatusREDEEMED, "10", "")
 		negotiated := simple(b, entvoucher.StatusREDEEMED, "10", "10.05")
-		resolved := func(v *ent.Voucher, rs ...payment.Receipt) *ent.Voucher {
-			return with(v, func(c *ent.Voucher) { c.Status, c.Receipts = entvoucher.StatusRESOLVED, rs })
-		}
+		resolved := func(v *ent.Voucher, rs ...payment.Receipt) *ent.Voucher { return f.resolve(t, v, rs...) }
 		discarded := func(v *ent.Voucher, reason string) *ent.Voucher {
 			return with(v, func(c *ent.Voucher) { c.Status, c.DiscardReason = entvoucher.StatusDISCARDED, &reason })
 		}
 		typ := entvoucher.TypeCUSTOM
 		custom := &ent.Voucher{ID: "vch_c", Status: entvoucher.StatusREDEEMED, Type: &typ, Version: 2, BusinessID: &b,
-			Networks: []payment.Network{{Network: "base", Type: "evm", ChainID: "8453"}}}
+			Networks: []payment.Network{{Network: "base", Type: "evm", ChainID: "8453"}}, Payments: []payment.CustomPayment{{ID: "pmt_c"}}}
 		personal := with(redeemed, func(c *ent.Voucher) { c.BusinessID = nil })
 
 		cases := []struct {
@@ -168,45 +166,59 @@ func TestOutboxEventTypes(t *testing.T) {
 	})
 }
 
-// verifierFunc adapts a func to webhook.ReceiptVerifier.
-type verifierFunc func(*ent.Voucher) (webhook.Verdict, error)
-
-func (f verifierFunc) VerifyReceipts(_ context.Context, v *ent.Voucher) (webhook.Verdict, error) {
-	return f(v)
-}
-
-func TestOutboxVerifier(t *testing.T) {
+// The outbox judges nothing: at resolve it writes deposit.pending and the
+// event of the settlement's status; a verified settlement's events are the
+// watcher's; a voucher without a settlement has no verdict to report.
+func TestOutboxTurnsSettlementIntoEvents(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
-		verdict := webhook.Rejected
-		var verr error
-		f := newFixture(t, db, fixtureOptions{verifier: verifierFunc(func(*ent.Voucher) (webhook.Verdict, error) { return verdict, verr })})
+		f := newFixture(t, db, fixtureOptions{})
 		ctx := context.Background()
 		redeemed := simple(f.biz.ID, entvoucher.StatusREDEEMED, "10", "")
-		resolved := with(redeemed, func(c *ent.Voucher) {
-			c.Status, c.Receipts = entvoucher.StatusRESOLVED, []payment.Receipt{receipt("10")}
-		})
-
-		if got := types(change(t, f, redeemed, resolved)); got != "deposit.pending,deposit.failed" {
-			t.Fatalf("rejected: %s", got)
+		settled := func(st *payment.Settlement) *ent.Voucher {
+			return with(redeemed, func(c *ent.Voucher) {
+				c.Status, c.Receipts, c.Settlement = entvoucher.StatusRESOLVED, []payment.Receipt{receipt("10")}, st
+			})
 		}
-		verdict = webhook.Deferred
-		if got := types(change(t, f, redeemed, resolved)); got != "deposit.pending" {
-			t.Fatalf("deferred: %s", got)
+		cases := []struct {
+			name string
+			st   *payment.Settlement
+			want string
+			paid string
+		}{
+			{"confirmed", &payment.Settlement{Status: payment.SettlementConfirmed, PaidAmount: "10"}, "deposit.pending,deposit.confirmed", "10"},
+			{"underpaid", &payment.Settlement{Status: payment.SettlementUnderpaid, PaidAmount: "7"}, "deposit.pending,deposit.underpaid", "7"},
+			{"overpaid", &payment.Settlement{Status: payment.SettlementOverpaid, PaidAmount: "12"}, "deposit.pending,deposit.overpaid", "12"},
+			{"failed", &payment.Settlement{Status: payment.SettlementFailed}, "deposit.pending,deposit.failed", ""},
+			// The receipts say 10; the outbox reports the settlement's sum.
+			{"paid is the settlement's", &payment.Settlement{Status: payment.SettlementUnderpaid, PaidAmount: "9"}, "deposit.pending,deposit.underpaid", "9"},
+			{"verified", &payment.Settlement{Status: payment.SettlementPending, Verified: true}, "", ""},
+			{"no settlement", nil, "deposit.pending", ""},
 		}
-		// The deferred verdict arrives later in a transaction of its own.
-		before := db.Event.Query().CountX(ctx)
-		if err := db.Tx(ctx, func(tx *ent.Tx) error { return f.outbox.ReceiptsVerified(ctx, tx, resolved, webhook.Accepted) }); err != nil {
+		for _, c := range cases {
+			t.Run(c.name, func(t *testing.T) {
+				got := change(t, f, redeemed, settled(c.st))
+				if types(got) != c.want {
+					t.Fatalf("events %q, want %q", types(got), c.want)
+				}
+				for _, p := range got {
+					if p.Type != webhook.DepositPending && p.Type != webhook.DepositFailed && p.Data.PaidAmount != c.paid {
+						t.Fatalf("%s paidAmount %q, want %q", p.Type, p.Data.PaidAmount, c.paid)
+					}
+				}
+			})
+		}
+		// The settlement watcher's later verdict comes in through
+		// SettlementChanged, in its own transaction.
+		confirmed := func() int { return db.Event.Query().Where(event.Type(webhook.DepositConfirmed)).CountX(ctx) }
+		before, beforeConfirmed := db.Event.Query().CountX(ctx), confirmed()
+		v := settled(&payment.Settlement{Status: payment.SettlementConfirmed, Verified: true, PaidAmount: "10"})
+		if err := db.Tx(ctx, func(tx *ent.Tx) error {
+			return f.outbox.SettlementChanged(ctx, tx, v, []string{webhook.DepositConfirmed})
+		}); err != nil {
 			t.Fatal(err)
 		}
-		if n := db.Event.Query().Where(event.Type(webhook.DepositConfirmed)).CountX(ctx); n != 1 || db.Event.Query().CountX(ctx) != before+1 {
-			t.Fatalf("late verdict wrote %d confirmed events", n)
-		}
-		// A verifier error fails the change: nothing is written.
-		verdict, verr = webhook.Accepted, errors.New("node unreachable")
-		before = db.Event.Query().CountX(ctx)
-		err := db.Tx(ctx, func(tx *ent.Tx) error { return f.outbox.VoucherChanged(ctx, tx, redeemed, resolved) })
-		if err == nil || db.Event.Query().CountX(ctx) != before {
-			t.Fatalf("err %v; events written despite the failure", err)
+		if db.Event.Query().CountX(ctx) != before+1 || confirmed() != beforeConfirmed+1 {
+			t.Fatalf("the watcher's verdict wrote %d events", db.Event.Query().CountX(ctx)-before)
 		}
 	})
 }
@@ -231,9 +243,7 @@ func TestOutboxDeliveries(t *testing.T) {
 
 		reserved := simple(f.biz.ID, entvoucher.StatusRESERVED, "10", "")
 		redeemed := simple(f.biz.ID, entvoucher.StatusREDEEMED, "10", "")
-		resolved := with(redeemed, func(c *ent.Voucher) {
-			c.Status, c.Receipts = entvoucher.StatusRESOLVED, []payment.Receipt{receipt("10")}
-		})
+		resolved := f.resolve(t, redeemed, receipt("10"))
 		change(t, f, reserved, redeemed)
 		change(t, f, redeemed, resolved)
 

@@ -12,8 +12,12 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/finance"
+	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/secretbox"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -39,6 +43,9 @@ type fixture struct {
 	disp      *webhook.Dispatcher
 	transport *fakeTransport
 	biz       *ent.Business
+	// settle judges resolved vouchers' receipts, as the voucher service's
+	// resolve has it do (no verified networks: receipts are trusted).
+	settle *settlement.Service
 
 	owner, admin, member, outsider context.Context
 }
@@ -46,7 +53,6 @@ type fixture struct {
 type fixtureOptions struct {
 	allowPrivate  bool
 	retryInterval time.Duration
-	verifier      webhook.ReceiptVerifier
 	transport     webhook.Transport
 }
 
@@ -71,9 +77,16 @@ func newFixture(t *testing.T, db *storage.DB, o fixtureOptions) *fixture {
 	})
 	f.svc = webhook.NewService(db, webhook.Options{Box: box, AllowPrivate: o.allowPrivate, Dispatcher: f.disp, Log: quiet})
 	f.outbox = webhook.NewOutbox(db, webhook.OutboxOptions{
-		Verifier: o.verifier, Wake: f.disp.Wake,
+		Wake: f.disp.Wake,
 		View: func(v *ent.Voucher) any { return map[string]any{"id": v.ID, "status": v.Status} },
 	})
+	fin, err := finance.New(finance.Default())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.settle, err = settlement.NewService(db, fin.Registry(), settlement.Options{}); err != nil {
+		t.Fatal(err)
+	}
 	f.biz, err = db.Business.Create().SetName("Shop").Save(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -83,6 +96,20 @@ func newFixture(t *testing.T, db *storage.DB, o fixtureOptions) *fixture {
 	f.member = f.join(t, businessuser.RoleMEMBER)
 	f.outsider = as(auth.KindUser, newUser(t, db).ID)
 	return f
+}
+
+// resolve is v RESOLVED with receipts rs and the settlement the resolve
+// opens for them (the settlement domain's verdict, which the outbox turns
+// into events).
+func (f *fixture) resolve(t *testing.T, v *ent.Voucher, rs ...payment.Receipt) *ent.Voucher {
+	t.Helper()
+	st, err := f.settle.Open(v, rs, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := *v
+	c.Status, c.Receipts, c.Settlement = entvoucher.StatusRESOLVED, rs, st
+	return &c
 }
 
 func as(kind auth.Kind, id string) context.Context {
