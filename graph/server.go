@@ -72,6 +72,9 @@ type Options struct {
 	// RateLimit charges root fields to their REST twins' budgets and caps
 	// websocket connections and subscriptions per caller (nil: no limits).
 	RateLimit *ratelimit.Gate
+	// Sockets registers authenticated websockets so that Sockets.End can
+	// close them when their grounds end (nil: NewHandler makes one).
+	Sockets *Sockets
 }
 
 // Defaults of Options.
@@ -122,6 +125,9 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	if opts.CheckOrigin == nil {
 		opts.CheckOrigin = func(*http.Request) bool { return true }
 	}
+	if opts.Sockets == nil {
+		opts.Sockets = NewSockets()
+	}
 	lim := newLimits(opts.RateLimit)
 	present := presentError(opts.Log)
 	es := &execSchema{
@@ -135,7 +141,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	// subscriber holds no goroutine and net/http keeps nothing of its
 	// connection (docs/graphql-websockets.md).
 	ws := wstransport.New(wstransport.Options{
-		InitFunc:      lim.wrapInit(initFunc(opts.Verifier)),
+		InitFunc:      lim.wrapInit(initFunc(opts.Verifier, opts.Sockets)),
 		InitTimeout:   opts.InitTimeout,
 		KeepAlive:     opts.KeepAlive,
 		ReadLimit:     httpx.MaxBodyBytes,
@@ -205,14 +211,18 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 			_, _ = w.Write(sdl)
 		})
 	}
-	return &Handler{Handler: mux, ws: ws}
+	return &Handler{Handler: mux, ws: ws, sockets: opts.Sockets}
 }
 
 // Handler is the GraphQL door (see NewHandler).
 type Handler struct {
 	http.Handler
-	ws *wstransport.Transport
+	ws      *wstransport.Transport
+	sockets *Sockets
 }
+
+// Sockets is the registry of the handler's authenticated websockets.
+func (h *Handler) Sockets() *Sockets { return h.sockets }
 
 // Websockets is how many websocket connections are open now.
 func (h *Handler) Websockets() int64 { return h.ws.Stats().Connections }
@@ -405,10 +415,10 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 // closes the socket with 4403 (after a connection_error message on the
 // legacy protocol, which expects one); credentials in a shape it does not
 // know close it with 4400, never leaving the connection silently
-// anonymous. A good token ends the connection with 4403 when it expires:
-// every subscription on it ends, and the client reconnects with a fresh
-// token.
-func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
+// anonymous. A good token ends the connection with 4403 when it expires,
+// or when its grounds end first (Sockets): every subscription on it ends,
+// and the client reconnects with a fresh token.
+func initFunc(v auth.Verifier, sockets *Sockets) transport.WebsocketInitFunc {
 	return func(ctx context.Context, payload transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 		raw, err := initCredentials(payload)
 		if err != nil {
@@ -420,7 +430,7 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 			// token's expiry like one from connection_init. A connection
 			// without a token may still use open operations.
 			if p := auth.FromContext(ctx); p != nil {
-				return expireAt(ctx, p)
+				return expireAt(ctx, p, v, sockets)
 			}
 			return ctx, nil, nil
 		}
@@ -432,7 +442,7 @@ func initFunc(v auth.Verifier) transport.WebsocketInitFunc {
 		if !ok || v == nil || err != nil {
 			return ctx, nil, forbidden()
 		}
-		return expireAt(auth.WithPrincipal(ctx, p), p)
+		return expireAt(auth.WithPrincipal(ctx, p), p, v, sockets)
 	}
 }
 
@@ -519,13 +529,30 @@ func forbidden() error {
 // expireAt refuses a principal whose token has expired, and schedules the
 // connection's close (4403) at its token's expiry: every query, mutation
 // and subscription on it ends then, and the client reconnects with a
-// fresh token.
-func expireAt(ctx context.Context, p *auth.Principal) (context.Context, *transport.InitPayload, error) {
+// fresh token. It registers the connection in sockets, so that it also
+// closes when the token's grounds end first (a session closed, a
+// membership ended), and then checks once more that they have not ended
+// meanwhile (v's Recheck, when it has one: the check that proved p may
+// have run before an end whose Sockets.End found nothing to close).
+func expireAt(ctx context.Context, p *auth.Principal, v auth.Verifier, sockets *Sockets) (context.Context, *transport.InitPayload, error) {
 	if !p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt) {
 		return ctx, nil, forbidden()
 	}
-	if c := wstransport.ConnFromContext(ctx); c != nil && !p.ExpiresAt.IsZero() {
+	c := wstransport.ConnFromContext(ctx)
+	if c == nil {
+		return ctx, nil, nil
+	}
+	if !p.ExpiresAt.IsZero() {
 		c.CloseAt(p.ExpiresAt, CloseForbidden, "Forbidden: token expired")
+	}
+	sockets.add(c, p)
+	if rc, ok := v.(Rechecker); ok {
+		if err := rc.Recheck(ctx, p); err != nil {
+			if apperr.From(err).Code == apperr.Internal {
+				return ctx, nil, &wstransport.CloseError{Code: wstransport.CloseInternalError, Reason: "internal error", Err: err}
+			}
+			return ctx, nil, forbidden()
+		}
 	}
 	return ctx, nil, nil
 }

@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -28,6 +29,7 @@ import (
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/identity"
+	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/metrics"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/password"
@@ -73,6 +75,10 @@ type App struct {
 	// graphql is the GraphQL door; Shutdown waits for its websockets'
 	// close frames.
 	graphql *graph.Handler
+	// principals finds the GraphQL websockets of a session's resource
+	// tokens and of a user, to close them when the session closes or a
+	// membership of the user ends (endSockets).
+	principals *graph.Sockets
 	// Finance is the token registry, prices and FX quotes; Vouchers the
 	// voucher lifecycle.
 	Finance  *finance.Service
@@ -168,9 +174,12 @@ func (a *App) build(ctx context.Context) error {
 	a.Sessions = session.NewService(db, cfg.SessionTTL, nil)
 	a.Identity = identity.NewService(db, hasher, a.Issuer, a.Sessions)
 	a.Businesses = business.NewService(db, nil)
+	a.principals = graph.NewSockets()
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}
+	a.Sessions.OnClose(a.endSockets)
+	a.Businesses.OnMembershipEnd(a.endSockets)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		metrics.BuildInfo(), metrics.DBStats(db.SQL))
@@ -209,7 +218,7 @@ func (a *App) build(ctx context.Context) error {
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
 		Hub:        a.Hub,
-	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
+	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
 	reg.MustRegister(metrics.Websockets(a.graphql.Websockets))
 
 	mux := http.NewServeMux()
@@ -479,7 +488,8 @@ func (a *App) buildPubsub(ctx context.Context) error {
 		a.Hub.Close()
 		return err
 	}
-	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica(), Peers: n})
+	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica(), Peers: n,
+		Handlers: map[string]func(string){pubsub.EndedChannel: a.endLocalSockets}})
 	if err != nil {
 		_ = n.Close(ctx)
 		a.Hub.Close()
@@ -487,6 +497,28 @@ func (a *App) buildPubsub(ctx context.Context) error {
 	}
 	a.notifier, a.listener = n, l
 	return nil
+}
+
+// endSockets closes the GraphQL websockets of principal id (a closed
+// session's ses_ id: its resource tokens; a usr_ id: a user whose
+// membership ended) with 4403, on this replica and, through the notifier,
+// on the others. A replica that dies between the commit and the
+// notification leaves the others' sockets to their token's expiry; every
+// operation on them is still checked against the database.
+func (a *App) endSockets(id string) {
+	a.endLocalSockets(id)
+	if a.notifier != nil {
+		a.notifier.Send(pubsub.EndedChannel, id)
+	}
+}
+
+// endLocalSockets closes this replica's websockets of principal id.
+func (a *App) endLocalSockets(id string) {
+	reason := graph.ReasonMembershipEnds
+	if strings.HasPrefix(id, ids.Session) {
+		reason = graph.ReasonSessionClosed
+	}
+	a.principals.End(id, reason)
 }
 
 // publisher is where the voucher service sends committed changes.

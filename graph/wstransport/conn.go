@@ -52,7 +52,7 @@ type Conn struct {
 	req    context.Context // the upgrade request's context, for its values
 	ctx    context.Context // the connection's own context (connValues, with an end of its own)
 	cancel context.CancelFunc
-	hooks  []func() // run when the connection ends (ReleaseOnClose)
+	hooks  []func() // run when the connection ends (ReleaseOnClose, OnClose)
 
 	prev, next *Conn // Transport's registry, under t.mu
 
@@ -111,6 +111,19 @@ func (c *Conn) CloseAt(t time.Time, code int, reason string) {
 		c.expiry, c.expiryCode, c.expiryReason = t, code, reason
 		c.rescheduleLocked()
 	}
+}
+
+// OnClose arranges for f to run once the connection has ended (at once
+// when it already has). f must not block.
+func (c *Conn) OnClose(f func()) {
+	c.mu.Lock()
+	if c.torn {
+		c.mu.Unlock()
+		f()
+		return
+	}
+	c.hooks = append(c.hooks, f)
+	c.mu.Unlock()
 }
 
 // Protocol messages the server sends without an operation.
@@ -426,13 +439,14 @@ func (c *Conn) teardown(err error) {
 		o.onEnd = nil
 	}
 	c.rescheduleLocked()
+	hooks := c.hooks
 	c.mu.Unlock()
 	for i, o := range ops {
 		c.t.endOp(o, ends[i].end, ends[i].counted)
 	}
 	c.cancel()
 	c.t.unregister(c)
-	runHooks(c.hooks)
+	runHooks(hooks)
 }
 
 // rescheduleLocked puts the connection's next timer event in the shared

@@ -59,6 +59,9 @@ type AddUserInput struct {
 type Service struct {
 	db  *storage.DB
 	now func() time.Time
+	// membershipEnded is told of each membership made INACTIVE
+	// (OnMembershipEnd).
+	membershipEnded func(userID string)
 }
 
 // NewService returns the business service. now may be nil (time.Now).
@@ -68,6 +71,11 @@ func NewService(db *storage.DB, now func() time.Time) *Service {
 	}
 	return &Service{db: db, now: now}
 }
+
+// OnMembershipEnd sets f to be told, after commit, of the user whose
+// membership SetUserStatus made INACTIVE: the app closes that user's
+// websockets with it. Call it before serving.
+func (s *Service) OnMembershipEnd(f func(userID string)) { s.membershipEnded = f }
 
 // clock is the time written to rows: UTC with millisecond precision, so what
 // the API shows is exactly what is stored (PostgreSQL keeps microseconds and
@@ -301,8 +309,12 @@ func (s *Service) SetStatus(ctx context.Context, businessID string, in StatusInp
 // an OWNER may change an OWNER's membership). The last ACTIVE OWNER cannot be
 // deactivated.
 func (s *Service) SetUserStatus(ctx context.Context, businessID, businessUserID string, in UserStatusInput) (*ent.BusinessUser, error) {
-	var out *ent.BusinessUser
+	var (
+		out   *ent.BusinessUser
+		ended string // the user whose membership this made INACTIVE
+	)
 	err := s.write(ctx, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
+		ended = ""
 		if err := RequireManager(me); err != nil {
 			return err
 		}
@@ -348,8 +360,14 @@ func (s *Service) SetUserStatus(ctx context.Context, businessID, businessUserID 
 			}
 		}
 		out, err = tx.BusinessUser.UpdateOne(target).SetStatus(*in.Status).SetUpdatedAt(s.clock()).Save(ctx)
+		if err == nil && out.Status == businessuser.StatusINACTIVE {
+			ended = out.UserID
+		}
 		return err
 	})
+	if err == nil && ended != "" && s.membershipEnded != nil {
+		s.membershipEnded(ended)
+	}
 	return out, err
 }
 

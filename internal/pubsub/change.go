@@ -16,6 +16,12 @@ import (
 // change committed.
 const Channel = "voucher_changes"
 
+// EndedChannel carries, from replica to replica, the id of a principal
+// whose grounds ended (a closed session's ses_ id, a usr_ id whose
+// membership was made INACTIVE), so that every replica closes its
+// websockets (Notifier.Send, ListenerOptions.Handlers).
+const EndedChannel = "voucher_principals_ended"
+
 // VoucherChange says that a voucher reached a new version. It carries the
 // keys subscriptions are filtered by and, when it fits, the new state
 // itself, so a replica dispatches it without reading the database; a change

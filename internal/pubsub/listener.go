@@ -34,7 +34,12 @@ type ListenerOptions struct {
 	// before it is taken for dead and what it committed since it was last
 	// heard is resynced (default 5 s, five missed heartbeats).
 	PeerTimeout time.Duration
-	Log         *slog.Logger
+	// Handlers are further channels to listen on, each with what to do
+	// with a notification's payload (Notifier.Send): called on the
+	// listener's goroutine, so it must not block. A notification lost
+	// while the connection was down is not replayed for them.
+	Handlers map[string]func(payload string)
+	Log      *slog.Logger
 }
 
 // PeerWatcher learns which other replicas the Listener hears.
@@ -121,6 +126,11 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 		if err == nil {
 			err = pl.Listen(ReplicaChannel)
 		}
+		for ch := range opts.Handlers {
+			if err == nil {
+				err = pl.Listen(ch)
+			}
+		}
 		listened <- err
 	}()
 	select {
@@ -196,6 +206,10 @@ func (l *Listener) run(ctx context.Context) {
 			l.markHealthy()
 			if n.Channel == ReplicaChannel {
 				l.replicaMessage(ctx, n.Extra)
+				continue
+			}
+			if h := l.opts.Handlers[n.Channel]; h != nil {
+				h(n.Extra)
 				continue
 			}
 			c, err := ParseNotification(n.Extra)

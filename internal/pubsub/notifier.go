@@ -103,8 +103,10 @@ type Notifier struct {
 	// active mirrors peers for Publish's lock-free check.
 	active atomic.Bool
 
-	mu      sync.Mutex
-	queue   []pending
+	mu    sync.Mutex
+	queue []pending
+	// signals holds the waiting signals (a channel) and messages (a
+	// channel, a NUL and the payload: channel names hold no NUL).
 	signals map[string]bool
 	gap     time.Time // oldest dropped change, zero when none
 	wake    chan struct{}
@@ -252,6 +254,25 @@ func (n *Notifier) Signal(channel string) {
 	n.poke()
 }
 
+// Send queues a notification of payload on channel (coalesced with the
+// same one already waiting), for listeners of other replicas; alone, n
+// sends nothing. Like changes, it goes out after what was queued before
+// it, from the notifier's connection. payload must hold no NUL (PostgreSQL
+// text cannot).
+func (n *Notifier) Send(channel, payload string) {
+	if strings.IndexByte(payload, 0) >= 0 {
+		return
+	}
+	n.mu.Lock()
+	if !n.peers {
+		n.mu.Unlock()
+		return
+	}
+	n.signals[channel+"\x00"+payload] = true
+	n.mu.Unlock()
+	n.poke()
+}
+
 // PeerJoined tells n that another replica, whose notifier started at
 // started, is listening (it is called for every replica newly heard). If
 // n skipped changes while it knew of none, the replicas are told to
@@ -369,8 +390,9 @@ func (n *Notifier) run() {
 		if !gap.IsZero() {
 			extra = append(extra, n.control(replicaGap, gap))
 		}
-		for _, ch := range signals {
-			extra = append(extra, [2]string{ch, ""})
+		for _, sig := range signals {
+			ch, payload, _ := strings.Cut(sig, "\x00")
+			extra = append(extra, [2]string{ch, payload})
 		}
 		if heartbeat {
 			extra = append(extra, n.alive())

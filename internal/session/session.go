@@ -50,6 +50,8 @@ type Service struct {
 	db  *storage.DB
 	ttl time.Duration
 	now func() time.Time
+	// closed is told of each session Close ended (OnClose).
+	closed func(sessionID string)
 }
 
 // NewService returns a session service; sessions live for ttl. It installs
@@ -142,6 +144,11 @@ func (s *Service) Get(ctx context.Context, id string) (*ent.VoucherSession, erro
 	return row, nil
 }
 
+// OnClose sets f to be told, after commit, of every session Close ends
+// (not of one already closed): the app closes the websockets of the
+// session's resource tokens with it. Call it before serving.
+func (s *Service) OnClose(f func(sessionID string)) { s.closed = f }
+
 // Close ends one of the caller's sessions; its code stops working at once.
 // Closing a closed session is a no-op that returns it.
 func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, error) {
@@ -150,11 +157,15 @@ func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, er
 		return nil, err
 	}
 	now := s.now().UTC()
-	if _, err := s.db.VoucherSession.Update().
+	n, err := s.db.VoucherSession.Update().
 		Where(vouchersession.ID(id), vouchersession.OwnerID(p.ID), vouchersession.StatusEQ(vouchersession.StatusACTIVE)).
 		SetStatus(vouchersession.StatusCLOSED).SetClosedAt(now).ClearLiveCode().SetUpdatedAt(now).
-		Save(ctx); err != nil {
+		Save(ctx)
+	if err != nil {
 		return nil, apperr.InternalError(err)
+	}
+	if n > 0 && s.closed != nil {
+		s.closed(id)
 	}
 	return s.Get(ctx, id)
 }
@@ -266,17 +277,31 @@ var errSessionEnded = apperr.New(apperr.Unauthorized, "the voucher session of th
 
 func (sv sessionVerifier) Verify(ctx context.Context, token string) (*auth.Principal, error) {
 	p, err := sv.next.Verify(ctx, token)
-	if err != nil || p.Kind != auth.KindResource {
-		return p, err
+	if err != nil {
+		return nil, err
+	}
+	if err := sv.Recheck(ctx, p); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// Recheck says whether p, proved earlier, still holds: for a resource
+// token, whether its session is still live (the websocket door checks
+// again after registering a socket, so that a close committed meanwhile
+// is not missed).
+func (sv sessionVerifier) Recheck(ctx context.Context, p *auth.Principal) error {
+	if p == nil || p.Kind != auth.KindResource {
+		return nil
 	}
 	live, err := sv.s.db.VoucherSession.Query().
 		Where(vouchersession.ID(p.ID), vouchersession.StatusEQ(vouchersession.StatusACTIVE), vouchersession.ExpiresAtGT(sv.s.now())).
 		Exist(ctx)
 	if err != nil {
-		return nil, apperr.InternalError(err)
+		return apperr.InternalError(err)
 	}
 	if !live {
-		return nil, errSessionEnded
+		return errSessionEnded
 	}
-	return p, nil
+	return nil
 }
