@@ -37,16 +37,19 @@ type BusinessEdges struct {
 	Members []*BusinessUser `json:"members,omitempty"`
 	// WebhookEndpoints holds the value of the webhook_endpoints edge.
 	WebhookEndpoints []*WebhookEndpoint `json:"webhook_endpoints,omitempty"`
+	// Widgets holds the value of the widgets edge.
+	Widgets []*Widget `json:"widgets,omitempty"`
 	// Vouchers holds the value of the vouchers edge.
 	Vouchers []*Voucher `json:"vouchers,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [3]bool
+	loadedTypes [4]bool
 	// totalCount holds the count of the edges above.
-	totalCount [2]map[string]int
+	totalCount [3]map[string]int
 
 	namedMembers          map[string][]*BusinessUser
 	namedWebhookEndpoints map[string][]*WebhookEndpoint
+	namedWidgets          map[string][]*Widget
 	namedVouchers         map[string][]*Voucher
 }
 
@@ -68,10 +71,19 @@ func (e BusinessEdges) WebhookEndpointsOrErr() ([]*WebhookEndpoint, error) {
 	return nil, &NotLoadedError{edge: "webhook_endpoints"}
 }
 
+// WidgetsOrErr returns the Widgets value or an error if the edge
+// was not loaded in eager-loading.
+func (e BusinessEdges) WidgetsOrErr() ([]*Widget, error) {
+	if e.loadedTypes[2] {
+		return e.Widgets, nil
+	}
+	return nil, &NotLoadedError{edge: "widgets"}
+}
+
 // VouchersOrErr returns the Vouchers value or an error if the edge
 // was not loaded in eager-loading.
 func (e BusinessEdges) VouchersOrErr() ([]*Voucher, error) {
-	if e.loadedTypes[2] {
+	if e.loadedTypes[3] {
 		return e.Vouchers, nil
 	}
 	return nil, &NotLoadedError{edge: "vouchers"}
@@ -152,6 +164,11 @@ func (_m *Business) QueryMembers() *BusinessUserQuery {
 // QueryWebhookEndpoints queries the "webhook_endpoints" edge of the Business entity.
 func (_m *Business) QueryWebhookEndpoints() *WebhookEndpointQuery {
 	return NewBusinessClient(_m.config).QueryWebhookEndpoints(_m)
+}
+
+// QueryWidgets queries the "widgets" edge of the Business entity.
+func (_m *Business) QueryWidgets() *WidgetQuery {
+	return NewBusinessClient(_m.config).QueryWidgets(_m)
 }
 
 // QueryVouchers queries the "vouchers" edge of the Business entity.
@@ -242,6 +259,30 @@ func (_m *Business) appendNamedWebhookEndpoints(name string, edges ...*WebhookEn
 		_m.Edges.namedWebhookEndpoints[name] = []*WebhookEndpoint{}
 	} else {
 		_m.Edges.namedWebhookEndpoints[name] = append(_m.Edges.namedWebhookEndpoints[name], edges...)
+	}
+}
+
+// NamedWidgets returns the Widgets named value or an error if the edge was not
+// loaded in eager-loading with this name.
+func (_m *Business) NamedWidgets(name string) ([]*Widget, error) {
+	if _m.Edges.namedWidgets == nil {
+		return nil, &NotLoadedError{edge: name}
+	}
+	nodes, ok := _m.Edges.namedWidgets[name]
+	if !ok {
+		return nil, &NotLoadedError{edge: name}
+	}
+	return nodes, nil
+}
+
+func (_m *Business) appendNamedWidgets(name string, edges ...*Widget) {
+	if _m.Edges.namedWidgets == nil {
+		_m.Edges.namedWidgets = make(map[string][]*Widget)
+	}
+	if len(edges) == 0 {
+		_m.Edges.namedWidgets[name] = []*Widget{}
+	} else {
+		_m.Edges.namedWidgets[name] = append(_m.Edges.namedWidgets[name], edges...)
 	}
 }
 

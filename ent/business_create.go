@@ -16,6 +16,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // BusinessCreate is the builder for creating a Business entity.
@@ -116,6 +117,21 @@ func (_c *BusinessCreate) AddWebhookEndpoints(v ...*WebhookEndpoint) *BusinessCr
 		ids[i] = v[i].ID
 	}
 	return _c.AddWebhookEndpointIDs(ids...)
+}
+
+// AddWidgetIDs adds the "widgets" edge to the Widget entity by IDs.
+func (_c *BusinessCreate) AddWidgetIDs(ids ...string) *BusinessCreate {
+	_c.mutation.AddWidgetIDs(ids...)
+	return _c
+}
+
+// AddWidgets adds the "widgets" edges to the Widget entity.
+func (_c *BusinessCreate) AddWidgets(v ...*Widget) *BusinessCreate {
+	ids := make([]string, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _c.AddWidgetIDs(ids...)
 }
 
 // AddVoucherIDs adds the "vouchers" edge to the Voucher entity by IDs.
@@ -292,6 +308,22 @@ func (_c *BusinessCreate) createSpec() (*Business, *sqlgraph.CreateSpec) {
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(webhookendpoint.FieldID, field.TypeString),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges = append(_spec.Edges, edge)
+	}
+	if nodes := _c.mutation.WidgetsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
 			},
 		}
 		for _, k := range nodes {

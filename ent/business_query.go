@@ -18,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/ent/predicate"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // BusinessQuery is the builder for querying Business entities.
@@ -29,11 +30,13 @@ type BusinessQuery struct {
 	predicates                []predicate.Business
 	withMembers               *BusinessUserQuery
 	withWebhookEndpoints      *WebhookEndpointQuery
+	withWidgets               *WidgetQuery
 	withVouchers              *VoucherQuery
 	loadTotal                 []func(context.Context, []*Business) error
 	modifiers                 []func(*sql.Selector)
 	withNamedMembers          map[string]*BusinessUserQuery
 	withNamedWebhookEndpoints map[string]*WebhookEndpointQuery
+	withNamedWidgets          map[string]*WidgetQuery
 	withNamedVouchers         map[string]*VoucherQuery
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
@@ -108,6 +111,28 @@ func (_q *BusinessQuery) QueryWebhookEndpoints() *WebhookEndpointQuery {
 			sqlgraph.From(business.Table, business.FieldID, selector),
 			sqlgraph.To(webhookendpoint.Table, webhookendpoint.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, business.WebhookEndpointsTable, business.WebhookEndpointsColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryWidgets chains the current query on the "widgets" edge.
+func (_q *BusinessQuery) QueryWidgets() *WidgetQuery {
+	query := (&WidgetClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(business.Table, business.FieldID, selector),
+			sqlgraph.To(widget.Table, widget.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, business.WidgetsTable, business.WidgetsColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -331,6 +356,7 @@ func (_q *BusinessQuery) Clone() *BusinessQuery {
 		predicates:           append([]predicate.Business{}, _q.predicates...),
 		withMembers:          _q.withMembers.Clone(),
 		withWebhookEndpoints: _q.withWebhookEndpoints.Clone(),
+		withWidgets:          _q.withWidgets.Clone(),
 		withVouchers:         _q.withVouchers.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
@@ -358,6 +384,17 @@ func (_q *BusinessQuery) WithWebhookEndpoints(opts ...func(*WebhookEndpointQuery
 		opt(query)
 	}
 	_q.withWebhookEndpoints = query
+	return _q
+}
+
+// WithWidgets tells the query-builder to eager-load the nodes that are connected to
+// the "widgets" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *BusinessQuery) WithWidgets(opts ...func(*WidgetQuery)) *BusinessQuery {
+	query := (&WidgetClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withWidgets = query
 	return _q
 }
 
@@ -450,9 +487,10 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 	var (
 		nodes       = []*Business{}
 		_spec       = _q.querySpec()
-		loadedTypes = [3]bool{
+		loadedTypes = [4]bool{
 			_q.withMembers != nil,
 			_q.withWebhookEndpoints != nil,
+			_q.withWidgets != nil,
 			_q.withVouchers != nil,
 		}
 	)
@@ -491,6 +529,13 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 			return nil, err
 		}
 	}
+	if query := _q.withWidgets; query != nil {
+		if err := _q.loadWidgets(ctx, query, nodes,
+			func(n *Business) { n.Edges.Widgets = []*Widget{} },
+			func(n *Business, e *Widget) { n.Edges.Widgets = append(n.Edges.Widgets, e) }); err != nil {
+			return nil, err
+		}
+	}
 	if query := _q.withVouchers; query != nil {
 		if err := _q.loadVouchers(ctx, query, nodes,
 			func(n *Business) { n.Edges.Vouchers = []*Voucher{} },
@@ -509,6 +554,13 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 		if err := _q.loadWebhookEndpoints(ctx, query, nodes,
 			func(n *Business) { n.appendNamedWebhookEndpoints(name) },
 			func(n *Business, e *WebhookEndpoint) { n.appendNamedWebhookEndpoints(name, e) }); err != nil {
+			return nil, err
+		}
+	}
+	for name, query := range _q.withNamedWidgets {
+		if err := _q.loadWidgets(ctx, query, nodes,
+			func(n *Business) { n.appendNamedWidgets(name) },
+			func(n *Business, e *Widget) { n.appendNamedWidgets(name, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -572,6 +624,36 @@ func (_q *BusinessQuery) loadWebhookEndpoints(ctx context.Context, query *Webhoo
 	}
 	query.Where(predicate.WebhookEndpoint(func(s *sql.Selector) {
 		s.Where(sql.InValues(s.C(business.WebhookEndpointsColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.BusinessID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "business_id" returned %v for node %v`, fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *BusinessQuery) loadWidgets(ctx context.Context, query *WidgetQuery, nodes []*Business, init func(*Business), assign func(*Business, *Widget)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[string]*Business)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(widget.FieldBusinessID)
+	}
+	query.Where(predicate.Widget(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(business.WidgetsColumn), fks...))
 	}))
 	neighbors, err := query.All(ctx)
 	if err != nil {
@@ -765,6 +847,20 @@ func (_q *BusinessQuery) WithNamedWebhookEndpoints(name string, opts ...func(*We
 		_q.withNamedWebhookEndpoints = make(map[string]*WebhookEndpointQuery)
 	}
 	_q.withNamedWebhookEndpoints[name] = query
+	return _q
+}
+
+// WithNamedWidgets tells the query-builder to eager-load the nodes that are connected to the "widgets"
+// edge with the given name. The optional arguments are used to configure the query builder of the edge.
+func (_q *BusinessQuery) WithNamedWidgets(name string, opts ...func(*WidgetQuery)) *BusinessQuery {
+	query := (&WidgetClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	if _q.withNamedWidgets == nil {
+		_q.withNamedWidgets = make(map[string]*WidgetQuery)
+	}
+	_q.withNamedWidgets[name] = query
 	return _q
 }
 

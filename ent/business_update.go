@@ -16,6 +16,7 @@ import (
 	"github.com/voucherd/voucherd/ent/predicate"
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // BusinessUpdate is the builder for updating Business entities.
@@ -96,6 +97,21 @@ func (_u *BusinessUpdate) AddWebhookEndpoints(v ...*WebhookEndpoint) *BusinessUp
 	return _u.AddWebhookEndpointIDs(ids...)
 }
 
+// AddWidgetIDs adds the "widgets" edge to the Widget entity by IDs.
+func (_u *BusinessUpdate) AddWidgetIDs(ids ...string) *BusinessUpdate {
+	_u.mutation.AddWidgetIDs(ids...)
+	return _u
+}
+
+// AddWidgets adds the "widgets" edges to the Widget entity.
+func (_u *BusinessUpdate) AddWidgets(v ...*Widget) *BusinessUpdate {
+	ids := make([]string, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddWidgetIDs(ids...)
+}
+
 // AddVoucherIDs adds the "vouchers" edge to the Voucher entity by IDs.
 func (_u *BusinessUpdate) AddVoucherIDs(ids ...string) *BusinessUpdate {
 	_u.mutation.AddVoucherIDs(ids...)
@@ -156,6 +172,27 @@ func (_u *BusinessUpdate) RemoveWebhookEndpoints(v ...*WebhookEndpoint) *Busines
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveWebhookEndpointIDs(ids...)
+}
+
+// ClearWidgets clears all "widgets" edges to the Widget entity.
+func (_u *BusinessUpdate) ClearWidgets() *BusinessUpdate {
+	_u.mutation.ClearWidgets()
+	return _u
+}
+
+// RemoveWidgetIDs removes the "widgets" edge to Widget entities by IDs.
+func (_u *BusinessUpdate) RemoveWidgetIDs(ids ...string) *BusinessUpdate {
+	_u.mutation.RemoveWidgetIDs(ids...)
+	return _u
+}
+
+// RemoveWidgets removes "widgets" edges to Widget entities.
+func (_u *BusinessUpdate) RemoveWidgets(v ...*Widget) *BusinessUpdate {
+	ids := make([]string, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveWidgetIDs(ids...)
 }
 
 // ClearVouchers clears all "vouchers" edges to the Voucher entity.
@@ -347,6 +384,51 @@ func (_u *BusinessUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 		}
 		_spec.Edges.Add = append(_spec.Edges.Add, edge)
 	}
+	if _u.mutation.WidgetsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedWidgetsIDs(); len(nodes) > 0 && !_u.mutation.WidgetsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.WidgetsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
 	if _u.mutation.VouchersCleared() {
 		edge := &sqlgraph.EdgeSpec{
 			Rel:     sqlgraph.O2M,
@@ -478,6 +560,21 @@ func (_u *BusinessUpdateOne) AddWebhookEndpoints(v ...*WebhookEndpoint) *Busines
 	return _u.AddWebhookEndpointIDs(ids...)
 }
 
+// AddWidgetIDs adds the "widgets" edge to the Widget entity by IDs.
+func (_u *BusinessUpdateOne) AddWidgetIDs(ids ...string) *BusinessUpdateOne {
+	_u.mutation.AddWidgetIDs(ids...)
+	return _u
+}
+
+// AddWidgets adds the "widgets" edges to the Widget entity.
+func (_u *BusinessUpdateOne) AddWidgets(v ...*Widget) *BusinessUpdateOne {
+	ids := make([]string, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.AddWidgetIDs(ids...)
+}
+
 // AddVoucherIDs adds the "vouchers" edge to the Voucher entity by IDs.
 func (_u *BusinessUpdateOne) AddVoucherIDs(ids ...string) *BusinessUpdateOne {
 	_u.mutation.AddVoucherIDs(ids...)
@@ -538,6 +635,27 @@ func (_u *BusinessUpdateOne) RemoveWebhookEndpoints(v ...*WebhookEndpoint) *Busi
 		ids[i] = v[i].ID
 	}
 	return _u.RemoveWebhookEndpointIDs(ids...)
+}
+
+// ClearWidgets clears all "widgets" edges to the Widget entity.
+func (_u *BusinessUpdateOne) ClearWidgets() *BusinessUpdateOne {
+	_u.mutation.ClearWidgets()
+	return _u
+}
+
+// RemoveWidgetIDs removes the "widgets" edge to Widget entities by IDs.
+func (_u *BusinessUpdateOne) RemoveWidgetIDs(ids ...string) *BusinessUpdateOne {
+	_u.mutation.RemoveWidgetIDs(ids...)
+	return _u
+}
+
+// RemoveWidgets removes "widgets" edges to Widget entities.
+func (_u *BusinessUpdateOne) RemoveWidgets(v ...*Widget) *BusinessUpdateOne {
+	ids := make([]string, len(v))
+	for i := range v {
+		ids[i] = v[i].ID
+	}
+	return _u.RemoveWidgetIDs(ids...)
 }
 
 // ClearVouchers clears all "vouchers" edges to the Voucher entity.
@@ -752,6 +870,51 @@ func (_u *BusinessUpdateOne) sqlSave(ctx context.Context) (_node *Business, err 
 			Bidi:    false,
 			Target: &sqlgraph.EdgeTarget{
 				IDSpec: sqlgraph.NewFieldSpec(webhookendpoint.FieldID, field.TypeString),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Add = append(_spec.Edges.Add, edge)
+	}
+	if _u.mutation.WidgetsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
+			},
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.RemovedWidgetsIDs(); len(nodes) > 0 && !_u.mutation.WidgetsCleared() {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
+			},
+		}
+		for _, k := range nodes {
+			edge.Target.Nodes = append(edge.Target.Nodes, k)
+		}
+		_spec.Edges.Clear = append(_spec.Edges.Clear, edge)
+	}
+	if nodes := _u.mutation.WidgetsIDs(); len(nodes) > 0 {
+		edge := &sqlgraph.EdgeSpec{
+			Rel:     sqlgraph.O2M,
+			Inverse: false,
+			Table:   business.WidgetsTable,
+			Columns: []string{business.WidgetsColumn},
+			Bidi:    false,
+			Target: &sqlgraph.EdgeTarget{
+				IDSpec: sqlgraph.NewFieldSpec(widget.FieldID, field.TypeString),
 			},
 		}
 		for _, k := range nodes {

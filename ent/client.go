@@ -30,6 +30,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 
 	stdsql "database/sql"
 )
@@ -69,6 +70,8 @@ type Client struct {
 	WebhookDelivery *WebhookDeliveryClient
 	// WebhookEndpoint is the client for interacting with the WebhookEndpoint builders.
 	WebhookEndpoint *WebhookEndpointClient
+	// Widget is the client for interacting with the Widget builders.
+	Widget *WidgetClient
 }
 
 // NewClient creates a new client configured with the given options.
@@ -95,6 +98,7 @@ func (c *Client) init() {
 	c.VoucherSession = NewVoucherSessionClient(c.config)
 	c.WebhookDelivery = NewWebhookDeliveryClient(c.config)
 	c.WebhookEndpoint = NewWebhookEndpointClient(c.config)
+	c.Widget = NewWidgetClient(c.config)
 }
 
 type (
@@ -202,6 +206,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		VoucherSession:    NewVoucherSessionClient(cfg),
 		WebhookDelivery:   NewWebhookDeliveryClient(cfg),
 		WebhookEndpoint:   NewWebhookEndpointClient(cfg),
+		Widget:            NewWidgetClient(cfg),
 	}, nil
 }
 
@@ -236,6 +241,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		VoucherSession:    NewVoucherSessionClient(cfg),
 		WebhookDelivery:   NewWebhookDeliveryClient(cfg),
 		WebhookEndpoint:   NewWebhookEndpointClient(cfg),
+		Widget:            NewWidgetClient(cfg),
 	}, nil
 }
 
@@ -268,7 +274,7 @@ func (c *Client) Use(hooks ...Hook) {
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
 		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
 		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
-		c.WebhookEndpoint,
+		c.WebhookEndpoint, c.Widget,
 	} {
 		n.Use(hooks...)
 	}
@@ -281,7 +287,7 @@ func (c *Client) Intercept(interceptors ...Interceptor) {
 		c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
 		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
 		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
-		c.WebhookEndpoint,
+		c.WebhookEndpoint, c.Widget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -320,6 +326,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.WebhookDelivery.mutate(ctx, m)
 	case *WebhookEndpointMutation:
 		return c.WebhookEndpoint.mutate(ctx, m)
+	case *WidgetMutation:
+		return c.Widget.mutate(ctx, m)
 	default:
 		return nil, fmt.Errorf("ent: unknown mutation type %T", m)
 	}
@@ -458,6 +466,22 @@ func (c *BusinessClient) QueryWebhookEndpoints(_m *Business) *WebhookEndpointQue
 			sqlgraph.From(business.Table, business.FieldID, id),
 			sqlgraph.To(webhookendpoint.Table, webhookendpoint.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, business.WebhookEndpointsTable, business.WebhookEndpointsColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// QueryWidgets queries the widgets edge of a Business.
+func (c *BusinessClient) QueryWidgets(_m *Business) *WidgetQuery {
+	query := (&WidgetClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(business.Table, business.FieldID, id),
+			sqlgraph.To(widget.Table, widget.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, business.WidgetsTable, business.WidgetsColumn),
 		)
 		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
 		return fromV, nil
@@ -2576,17 +2600,166 @@ func (c *WebhookEndpointClient) mutate(ctx context.Context, m *WebhookEndpointMu
 	}
 }
 
+// WidgetClient is a client for the Widget schema.
+type WidgetClient struct {
+	config
+}
+
+// NewWidgetClient returns a client for the Widget from the given config.
+func NewWidgetClient(c config) *WidgetClient {
+	return &WidgetClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `widget.Hooks(f(g(h())))`.
+func (c *WidgetClient) Use(hooks ...Hook) {
+	c.hooks.Widget = append(c.hooks.Widget, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `widget.Intercept(f(g(h())))`.
+func (c *WidgetClient) Intercept(interceptors ...Interceptor) {
+	c.inters.Widget = append(c.inters.Widget, interceptors...)
+}
+
+// Create returns a builder for creating a Widget entity.
+func (c *WidgetClient) Create() *WidgetCreate {
+	mutation := newWidgetMutation(c.config, OpCreate)
+	return &WidgetCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of Widget entities.
+func (c *WidgetClient) CreateBulk(builders ...*WidgetCreate) *WidgetCreateBulk {
+	return &WidgetCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *WidgetClient) MapCreateBulk(slice any, setFunc func(*WidgetCreate, int)) *WidgetCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &WidgetCreateBulk{err: fmt.Errorf("calling to WidgetClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*WidgetCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &WidgetCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for Widget.
+func (c *WidgetClient) Update() *WidgetUpdate {
+	mutation := newWidgetMutation(c.config, OpUpdate)
+	return &WidgetUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *WidgetClient) UpdateOne(_m *Widget) *WidgetUpdateOne {
+	mutation := newWidgetMutation(c.config, OpUpdateOne, withWidget(_m))
+	return &WidgetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *WidgetClient) UpdateOneID(id string) *WidgetUpdateOne {
+	mutation := newWidgetMutation(c.config, OpUpdateOne, withWidgetID(id))
+	return &WidgetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for Widget.
+func (c *WidgetClient) Delete() *WidgetDelete {
+	mutation := newWidgetMutation(c.config, OpDelete)
+	return &WidgetDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *WidgetClient) DeleteOne(_m *Widget) *WidgetDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *WidgetClient) DeleteOneID(id string) *WidgetDeleteOne {
+	builder := c.Delete().Where(widget.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &WidgetDeleteOne{builder}
+}
+
+// Query returns a query builder for Widget.
+func (c *WidgetClient) Query() *WidgetQuery {
+	return &WidgetQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeWidget},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a Widget entity by its id.
+func (c *WidgetClient) Get(ctx context.Context, id string) (*Widget, error) {
+	return c.Query().Where(widget.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *WidgetClient) GetX(ctx context.Context, id string) *Widget {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// QueryBusiness queries the business edge of a Widget.
+func (c *WidgetClient) QueryBusiness(_m *Widget) *BusinessQuery {
+	query := (&BusinessClient{config: c.config}).Query()
+	query.path = func(context.Context) (fromV *sql.Selector, _ error) {
+		id := _m.ID
+		step := sqlgraph.NewStep(
+			sqlgraph.From(widget.Table, widget.FieldID, id),
+			sqlgraph.To(business.Table, business.FieldID),
+			sqlgraph.Edge(sqlgraph.M2O, true, widget.BusinessTable, widget.BusinessColumn),
+		)
+		fromV = sqlgraph.Neighbors(_m.driver.Dialect(), step)
+		return fromV, nil
+	}
+	return query
+}
+
+// Hooks returns the client hooks.
+func (c *WidgetClient) Hooks() []Hook {
+	return c.hooks.Widget
+}
+
+// Interceptors returns the client interceptors.
+func (c *WidgetClient) Interceptors() []Interceptor {
+	return c.inters.Widget
+}
+
+func (c *WidgetClient) mutate(ctx context.Context, m *WidgetMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&WidgetCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&WidgetUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&WidgetUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&WidgetDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown Widget mutation op: %q", m.Op())
+	}
+}
+
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
 		Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
 		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
-		VoucherSession, WebhookDelivery, WebhookEndpoint []ent.Hook
+		VoucherSession, WebhookDelivery, WebhookEndpoint, Widget []ent.Hook
 	}
 	inters struct {
 		Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
 		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
-		VoucherSession, WebhookDelivery, WebhookEndpoint []ent.Interceptor
+		VoucherSession, WebhookDelivery, WebhookEndpoint, Widget []ent.Interceptor
 	}
 )
 

@@ -27,6 +27,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // ent aliases to avoid import conflicts in user's code.
@@ -102,6 +103,7 @@ func checkColumn(t, c string) error {
 			vouchersession.Table:    vouchersession.ValidColumn,
 			webhookdelivery.Table:   webhookdelivery.ValidColumn,
 			webhookendpoint.Table:   webhookendpoint.ValidColumn,
+			widget.Table:            widget.ValidColumn,
 		})
 	})
 	return columnCheck(t, c)

@@ -20,6 +20,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
@@ -219,6 +220,95 @@ func (_q *BusinessQuery) collectField(ctx context.Context, oneNode bool, opCtx *
 				query = pager.applyOrder(query)
 			}
 			_q.WithNamedWebhookEndpoints(alias, func(wq *WebhookEndpointQuery) {
+				*wq = *query
+			})
+
+		case "widgets":
+			var (
+				alias = field.Alias
+				path  = append(path, alias)
+				query = (&WidgetClient{config: _q.config}).Query()
+			)
+			args := newWidgetPaginateArgs(fieldArgs(ctx, nil, path...))
+			if err := validateFirstLast(args.first, args.last); err != nil {
+				return fmt.Errorf("validate first and last in path %q: %w", path, err)
+			}
+			pager, err := newWidgetPager(args.opts, args.last != nil)
+			if err != nil {
+				return fmt.Errorf("create new pager in path %q: %w", path, err)
+			}
+			if query, err = pager.applyFilter(query); err != nil {
+				return err
+			}
+			ignoredEdges := !hasCollectedField(ctx, append(path, edgesField)...)
+			if hasCollectedField(ctx, append(path, totalCountField)...) || hasCollectedField(ctx, append(path, pageInfoField)...) {
+				hasPagination := args.after != nil || args.first != nil || args.before != nil || args.last != nil
+				if hasPagination || ignoredEdges {
+					query := query.Clone()
+					_q.loadTotal = append(_q.loadTotal, func(ctx context.Context, nodes []*Business) error {
+						ids := make([]driver.Value, len(nodes))
+						for i := range nodes {
+							ids[i] = nodes[i].ID
+						}
+						var v []struct {
+							NodeID string `sql:"business_id"`
+							Count  int    `sql:"count"`
+						}
+						query.Where(func(s *sql.Selector) {
+							s.Where(sql.InValues(s.C(business.WidgetsColumn), ids...))
+						})
+						if err := query.GroupBy(business.WidgetsColumn).Aggregate(Count()).Scan(ctx, &v); err != nil {
+							return err
+						}
+						m := make(map[string]int, len(v))
+						for i := range v {
+							m[v[i].NodeID] = v[i].Count
+						}
+						for i := range nodes {
+							n := m[nodes[i].ID]
+							if nodes[i].Edges.totalCount[2] == nil {
+								nodes[i].Edges.totalCount[2] = make(map[string]int)
+							}
+							nodes[i].Edges.totalCount[2][alias] = n
+						}
+						return nil
+					})
+				} else {
+					_q.loadTotal = append(_q.loadTotal, func(_ context.Context, nodes []*Business) error {
+						for i := range nodes {
+							n := len(nodes[i].Edges.Widgets)
+							if nodes[i].Edges.totalCount[2] == nil {
+								nodes[i].Edges.totalCount[2] = make(map[string]int)
+							}
+							nodes[i].Edges.totalCount[2][alias] = n
+						}
+						return nil
+					})
+				}
+			}
+			if ignoredEdges || (args.first != nil && *args.first == 0) || (args.last != nil && *args.last == 0) {
+				continue
+			}
+			if query, err = pager.applyCursors(query, args.after, args.before); err != nil {
+				return err
+			}
+			path = append(path, edgesField, nodeField)
+			if field := collectedField(ctx, path...); field != nil {
+				if err := query.collectField(ctx, false, opCtx, *field, path, mayAddCondition(satisfies, widgetImplementors)...); err != nil {
+					return err
+				}
+			}
+			if limit := paginateLimit(args.first, args.last); limit > 0 {
+				if oneNode {
+					pager.applyOrder(query.Limit(limit))
+				} else {
+					modify := entgql.LimitPerRow(business.WidgetsColumn, limit, pager.orderExpr(query))
+					query.modifiers = append(query.modifiers, modify)
+				}
+			} else {
+				query = pager.applyOrder(query)
+			}
+			_q.WithNamedWidgets(alias, func(wq *WidgetQuery) {
 				*wq = *query
 			})
 		case "createdAt":
@@ -921,6 +1011,16 @@ func (_q *VoucherQuery) collectField(ctx context.Context, oneNode bool, opCtx *g
 				selectedFields = append(selectedFields, voucher.FieldDiscardReason)
 				fieldSeen[voucher.FieldDiscardReason] = struct{}{}
 			}
+		case "widgetId":
+			if _, ok := fieldSeen[voucher.FieldWidgetID]; !ok {
+				selectedFields = append(selectedFields, voucher.FieldWidgetID)
+				fieldSeen[voucher.FieldWidgetID] = struct{}{}
+			}
+		case "reference":
+			if _, ok := fieldSeen[voucher.FieldReference]; !ok {
+				selectedFields = append(selectedFields, voucher.FieldReference)
+				fieldSeen[voucher.FieldReference] = struct{}{}
+			}
 		case "expiresAt":
 			if _, ok := fieldSeen[voucher.FieldExpiresAt]; !ok {
 				selectedFields = append(selectedFields, voucher.FieldExpiresAt)
@@ -1344,6 +1444,122 @@ func newWebhookEndpointPaginateArgs(rv map[string]any) *webhookendpointPaginateA
 		case *WebhookEndpointOrder:
 			if v != nil {
 				args.opts = append(args.opts, WithWebhookEndpointOrder(v))
+			}
+		}
+	}
+	return args
+}
+
+// CollectFields tells the query-builder to eagerly load connected nodes by resolver context.
+func (_q *WidgetQuery) CollectFields(ctx context.Context, satisfies ...string) (*WidgetQuery, error) {
+	fc := graphql.GetFieldContext(ctx)
+	if fc == nil {
+		return _q, nil
+	}
+	if err := _q.collectField(ctx, false, graphql.GetOperationContext(ctx), fc.Field, nil, satisfies...); err != nil {
+		return nil, err
+	}
+	return _q, nil
+}
+
+func (_q *WidgetQuery) collectField(ctx context.Context, oneNode bool, opCtx *graphql.OperationContext, collected graphql.CollectedField, path []string, satisfies ...string) error {
+	path = append([]string(nil), path...)
+	var (
+		unknownSeen    bool
+		fieldSeen      = make(map[string]struct{}, len(widget.Columns))
+		selectedFields = []string{widget.FieldID}
+	)
+	for _, field := range graphql.CollectFields(opCtx, collected.Selections, satisfies) {
+		switch field.Name {
+		case "createdAt":
+			if _, ok := fieldSeen[widget.FieldCreatedAt]; !ok {
+				selectedFields = append(selectedFields, widget.FieldCreatedAt)
+				fieldSeen[widget.FieldCreatedAt] = struct{}{}
+			}
+		case "updatedAt":
+			if _, ok := fieldSeen[widget.FieldUpdatedAt]; !ok {
+				selectedFields = append(selectedFields, widget.FieldUpdatedAt)
+				fieldSeen[widget.FieldUpdatedAt] = struct{}{}
+			}
+		case "businessId":
+			if _, ok := fieldSeen[widget.FieldBusinessID]; !ok {
+				selectedFields = append(selectedFields, widget.FieldBusinessID)
+				fieldSeen[widget.FieldBusinessID] = struct{}{}
+			}
+		case "name":
+			if _, ok := fieldSeen[widget.FieldName]; !ok {
+				selectedFields = append(selectedFields, widget.FieldName)
+				fieldSeen[widget.FieldName] = struct{}{}
+			}
+		case "status":
+			if _, ok := fieldSeen[widget.FieldStatus]; !ok {
+				selectedFields = append(selectedFields, widget.FieldStatus)
+				fieldSeen[widget.FieldStatus] = struct{}{}
+			}
+		case "accepts":
+			if _, ok := fieldSeen[widget.FieldAccepts]; !ok {
+				selectedFields = append(selectedFields, widget.FieldAccepts)
+				fieldSeen[widget.FieldAccepts] = struct{}{}
+			}
+		case "wallets":
+			if _, ok := fieldSeen[widget.FieldWallets]; !ok {
+				selectedFields = append(selectedFields, widget.FieldWallets)
+				fieldSeen[widget.FieldWallets] = struct{}{}
+			}
+		case "id":
+		case "__typename":
+		default:
+			unknownSeen = true
+		}
+	}
+	if !unknownSeen {
+		_q.Select(selectedFields...)
+	}
+	return nil
+}
+
+type widgetPaginateArgs struct {
+	first, last   *int
+	after, before *Cursor
+	opts          []WidgetPaginateOption
+}
+
+func newWidgetPaginateArgs(rv map[string]any) *widgetPaginateArgs {
+	args := &widgetPaginateArgs{}
+	if rv == nil {
+		return args
+	}
+	if v := rv[firstField]; v != nil {
+		args.first = v.(*int)
+	}
+	if v := rv[lastField]; v != nil {
+		args.last = v.(*int)
+	}
+	if v := rv[afterField]; v != nil {
+		args.after = v.(*Cursor)
+	}
+	if v := rv[beforeField]; v != nil {
+		args.before = v.(*Cursor)
+	}
+	if v, ok := rv[orderByField]; ok {
+		switch v := v.(type) {
+		case map[string]any:
+			var (
+				err1, err2 error
+				order      = &WidgetOrder{Field: &WidgetOrderField{}, Direction: entgql.OrderDirectionAsc}
+			)
+			if d, ok := v[directionField]; ok {
+				err1 = order.Direction.UnmarshalGQL(d)
+			}
+			if f, ok := v[fieldField]; ok {
+				err2 = order.Field.UnmarshalGQL(f)
+			}
+			if err1 == nil && err2 == nil {
+				args.opts = append(args.opts, WithWidgetOrder(order))
+			}
+		case *WidgetOrder:
+			if v != nil {
+				args.opts = append(args.opts, WithWidgetOrder(v))
 			}
 		}
 	}

@@ -49,6 +49,26 @@ func (_m *Business) WebhookEndpoints(
 	return _m.QueryWebhookEndpoints().Paginate(ctx, after, first, before, last, opts...)
 }
 
+func (_m *Business) Widgets(
+	ctx context.Context, after *Cursor, first *int, before *Cursor, last *int, orderBy *WidgetOrder,
+) (*WidgetConnection, error) {
+	opts := []WidgetPaginateOption{
+		WithWidgetOrder(orderBy),
+	}
+	alias := graphql.GetFieldContext(ctx).Field.Alias
+	totalCount, hasTotalCount := _m.Edges.totalCount[2][alias]
+	if nodes, err := _m.NamedWidgets(alias); err == nil || hasTotalCount {
+		pager, err := newWidgetPager(opts, last != nil)
+		if err != nil {
+			return nil, err
+		}
+		conn := &WidgetConnection{Edges: []*WidgetEdge{}, TotalCount: totalCount}
+		conn.build(nodes, pager, after, first, before, last)
+		return conn, nil
+	}
+	return _m.QueryWidgets().Paginate(ctx, after, first, before, last, opts...)
+}
+
 func (_m *DeliveryAttempt) Delivery(ctx context.Context) (*WebhookDelivery, error) {
 	result, err := _m.Edges.DeliveryOrErr()
 	if IsNotLoaded(err) {

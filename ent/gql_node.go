@@ -19,6 +19,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // Noder wraps the basic Node method.
@@ -75,6 +76,11 @@ var webhookendpointImplementors = []string{"WebhookEndpoint", "Node"}
 
 // IsNode implements the Node interface check for GQLGen.
 func (*WebhookEndpoint) IsNode() {}
+
+var widgetImplementors = []string{"Widget", "Node"}
+
+// IsNode implements the Node interface check for GQLGen.
+func (*Widget) IsNode() {}
 
 var errNodeInvalidID = &NotFoundError{"node"}
 
@@ -220,6 +226,15 @@ func (c *Client) noder(ctx context.Context, table string, id string) (Noder, err
 			Where(webhookendpoint.ID(id))
 		if fc := graphql.GetFieldContext(ctx); fc != nil {
 			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, webhookendpointImplementors...); err != nil {
+				return nil, err
+			}
+		}
+		return query.Only(ctx)
+	case widget.Table:
+		query := c.Widget.Query().
+			Where(widget.ID(id))
+		if fc := graphql.GetFieldContext(ctx); fc != nil {
+			if err := query.collectField(ctx, true, graphql.GetOperationContext(ctx), fc.Field, nil, widgetImplementors...); err != nil {
 				return nil, err
 			}
 		}
@@ -445,6 +460,22 @@ func (c *Client) noders(ctx context.Context, table string, ids []string) ([]Node
 		query := c.WebhookEndpoint.Query().
 			Where(webhookendpoint.IDIn(ids...))
 		query, err := query.CollectFields(ctx, webhookendpointImplementors...)
+		if err != nil {
+			return nil, err
+		}
+		nodes, err := query.All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, node := range nodes {
+			for _, noder := range idmap[node.ID] {
+				*noder = node
+			}
+		}
+	case widget.Table:
+		query := c.Widget.Query().
+			Where(widget.IDIn(ids...))
+		query, err := query.CollectFields(ctx, widgetImplementors...)
 		if err != nil {
 			return nil, err
 		}

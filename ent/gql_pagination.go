@@ -25,6 +25,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // Common entgql types.
@@ -3231,6 +3232,338 @@ func (_m *WebhookEndpoint) ToEdge(order *WebhookEndpointOrder) *WebhookEndpointE
 		order = DefaultWebhookEndpointOrder
 	}
 	return &WebhookEndpointEdge{
+		Node:   _m,
+		Cursor: order.Field.toCursor(_m),
+	}
+}
+
+// WidgetEdge is the edge representation of Widget.
+type WidgetEdge struct {
+	Node   *Widget `json:"node"`
+	Cursor Cursor  `json:"cursor"`
+}
+
+// WidgetConnection is the connection containing edges to Widget.
+type WidgetConnection struct {
+	Edges      []*WidgetEdge `json:"edges"`
+	PageInfo   PageInfo      `json:"pageInfo"`
+	TotalCount int           `json:"totalCount"`
+}
+
+func (c *WidgetConnection) build(nodes []*Widget, pager *widgetPager, after *Cursor, first *int, before *Cursor, last *int) {
+	c.PageInfo.HasNextPage = before != nil
+	c.PageInfo.HasPreviousPage = after != nil
+	if first != nil && *first+1 == len(nodes) {
+		c.PageInfo.HasNextPage = true
+		nodes = nodes[:len(nodes)-1]
+	} else if last != nil && *last+1 == len(nodes) {
+		c.PageInfo.HasPreviousPage = true
+		nodes = nodes[:len(nodes)-1]
+	}
+	var nodeAt func(int) *Widget
+	if last != nil {
+		n := len(nodes) - 1
+		nodeAt = func(i int) *Widget {
+			return nodes[n-i]
+		}
+	} else {
+		nodeAt = func(i int) *Widget {
+			return nodes[i]
+		}
+	}
+	c.Edges = make([]*WidgetEdge, len(nodes))
+	for i := range nodes {
+		node := nodeAt(i)
+		c.Edges[i] = &WidgetEdge{
+			Node:   node,
+			Cursor: pager.toCursor(node),
+		}
+	}
+	if l := len(c.Edges); l > 0 {
+		c.PageInfo.StartCursor = &c.Edges[0].Cursor
+		c.PageInfo.EndCursor = &c.Edges[l-1].Cursor
+	}
+	if c.TotalCount == 0 {
+		c.TotalCount = len(nodes)
+	}
+}
+
+// WidgetPaginateOption enables pagination customization.
+type WidgetPaginateOption func(*widgetPager) error
+
+// WithWidgetOrder configures pagination ordering.
+func WithWidgetOrder(order *WidgetOrder) WidgetPaginateOption {
+	if order == nil {
+		order = DefaultWidgetOrder
+	}
+	o := *order
+	return func(pager *widgetPager) error {
+		if err := o.Direction.Validate(); err != nil {
+			return err
+		}
+		if o.Field == nil {
+			o.Field = DefaultWidgetOrder.Field
+		}
+		pager.order = &o
+		return nil
+	}
+}
+
+// WithWidgetFilter configures pagination filter.
+func WithWidgetFilter(filter func(*WidgetQuery) (*WidgetQuery, error)) WidgetPaginateOption {
+	return func(pager *widgetPager) error {
+		if filter == nil {
+			return errors.New("WidgetQuery filter cannot be nil")
+		}
+		pager.filter = filter
+		return nil
+	}
+}
+
+type widgetPager struct {
+	reverse bool
+	order   *WidgetOrder
+	filter  func(*WidgetQuery) (*WidgetQuery, error)
+}
+
+func newWidgetPager(opts []WidgetPaginateOption, reverse bool) (*widgetPager, error) {
+	pager := &widgetPager{reverse: reverse}
+	for _, opt := range opts {
+		if err := opt(pager); err != nil {
+			return nil, err
+		}
+	}
+	if pager.order == nil {
+		pager.order = DefaultWidgetOrder
+	}
+	return pager, nil
+}
+
+func (p *widgetPager) applyFilter(query *WidgetQuery) (*WidgetQuery, error) {
+	if p.filter != nil {
+		return p.filter(query)
+	}
+	return query, nil
+}
+
+func (p *widgetPager) toCursor(_m *Widget) Cursor {
+	return p.order.Field.toCursor(_m)
+}
+
+func (p *widgetPager) applyCursors(query *WidgetQuery, after, before *Cursor) (*WidgetQuery, error) {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	for _, predicate := range entgql.CursorsPredicate(after, before, DefaultWidgetOrder.Field.column, p.order.Field.column, direction) {
+		query = query.Where(predicate)
+	}
+	return query, nil
+}
+
+func (p *widgetPager) applyOrder(query *WidgetQuery) *WidgetQuery {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	query = query.Order(p.order.Field.toTerm(direction.OrderTermOption()))
+	if p.order.Field != DefaultWidgetOrder.Field {
+		query = query.Order(DefaultWidgetOrder.Field.toTerm(direction.OrderTermOption()))
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return query
+}
+
+func (p *widgetPager) orderExpr(query *WidgetQuery) sql.Querier {
+	direction := p.order.Direction
+	if p.reverse {
+		direction = direction.Reverse()
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(p.order.Field.column)
+	}
+	return sql.ExprFunc(func(b *sql.Builder) {
+		b.Ident(p.order.Field.column).Pad().WriteString(string(direction))
+		if p.order.Field != DefaultWidgetOrder.Field {
+			b.Comma().Ident(DefaultWidgetOrder.Field.column).Pad().WriteString(string(direction))
+		}
+	})
+}
+
+// Paginate executes the query and returns a relay based cursor connection to Widget.
+func (_m *WidgetQuery) Paginate(
+	ctx context.Context, after *Cursor, first *int,
+	before *Cursor, last *int, opts ...WidgetPaginateOption,
+) (*WidgetConnection, error) {
+	if err := validateFirstLast(first, last); err != nil {
+		return nil, err
+	}
+	pager, err := newWidgetPager(opts, last != nil)
+	if err != nil {
+		return nil, err
+	}
+	if _m, err = pager.applyFilter(_m); err != nil {
+		return nil, err
+	}
+	conn := &WidgetConnection{Edges: []*WidgetEdge{}}
+	ignoredEdges := !hasCollectedField(ctx, edgesField)
+	if hasCollectedField(ctx, totalCountField) || hasCollectedField(ctx, pageInfoField) {
+		hasPagination := after != nil || first != nil || before != nil || last != nil
+		if hasPagination || ignoredEdges {
+			c := _m.Clone()
+			c.ctx.Fields = nil
+			if conn.TotalCount, err = c.Count(ctx); err != nil {
+				return nil, err
+			}
+			conn.PageInfo.HasNextPage = first != nil && conn.TotalCount > 0
+			conn.PageInfo.HasPreviousPage = last != nil && conn.TotalCount > 0
+		}
+	}
+	if ignoredEdges || (first != nil && *first == 0) || (last != nil && *last == 0) {
+		return conn, nil
+	}
+	if _m, err = pager.applyCursors(_m, after, before); err != nil {
+		return nil, err
+	}
+	limit := paginateLimit(first, last)
+	if limit != 0 {
+		_m.Limit(limit)
+	}
+	if field := collectedField(ctx, edgesField, nodeField); field != nil {
+		if err := _m.collectField(ctx, limit == 1, graphql.GetOperationContext(ctx), *field, []string{edgesField, nodeField}); err != nil {
+			return nil, err
+		}
+	}
+	_m = pager.applyOrder(_m)
+	nodes, err := _m.All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	conn.build(nodes, pager, after, first, before, last)
+	return conn, nil
+}
+
+var (
+	// WidgetOrderFieldCreatedAt orders Widget by created_at.
+	WidgetOrderFieldCreatedAt = &WidgetOrderField{
+		Value: func(_m *Widget) (ent.Value, error) {
+			return _m.CreatedAt, nil
+		},
+		column: widget.FieldCreatedAt,
+		toTerm: widget.ByCreatedAt,
+		toCursor: func(_m *Widget) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.CreatedAt,
+			}
+		},
+	}
+	// WidgetOrderFieldUpdatedAt orders Widget by updated_at.
+	WidgetOrderFieldUpdatedAt = &WidgetOrderField{
+		Value: func(_m *Widget) (ent.Value, error) {
+			return _m.UpdatedAt, nil
+		},
+		column: widget.FieldUpdatedAt,
+		toTerm: widget.ByUpdatedAt,
+		toCursor: func(_m *Widget) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.UpdatedAt,
+			}
+		},
+	}
+	// WidgetOrderFieldName orders Widget by name.
+	WidgetOrderFieldName = &WidgetOrderField{
+		Value: func(_m *Widget) (ent.Value, error) {
+			return _m.Name, nil
+		},
+		column: widget.FieldName,
+		toTerm: widget.ByName,
+		toCursor: func(_m *Widget) Cursor {
+			return Cursor{
+				ID:    _m.ID,
+				Value: _m.Name,
+			}
+		},
+	}
+)
+
+// String implement fmt.Stringer interface.
+func (f WidgetOrderField) String() string {
+	var str string
+	switch f.column {
+	case WidgetOrderFieldCreatedAt.column:
+		str = "CREATED_AT"
+	case WidgetOrderFieldUpdatedAt.column:
+		str = "UPDATED_AT"
+	case WidgetOrderFieldName.column:
+		str = "NAME"
+	}
+	return str
+}
+
+// MarshalGQL implements graphql.Marshaler interface.
+func (f WidgetOrderField) MarshalGQL(w io.Writer) {
+	io.WriteString(w, strconv.Quote(f.String()))
+}
+
+// UnmarshalGQL implements graphql.Unmarshaler interface.
+func (f *WidgetOrderField) UnmarshalGQL(v interface{}) error {
+	str, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("WidgetOrderField %T must be a string", v)
+	}
+	switch str {
+	case "CREATED_AT":
+		*f = *WidgetOrderFieldCreatedAt
+	case "UPDATED_AT":
+		*f = *WidgetOrderFieldUpdatedAt
+	case "NAME":
+		*f = *WidgetOrderFieldName
+	default:
+		return fmt.Errorf("%s is not a valid WidgetOrderField", str)
+	}
+	return nil
+}
+
+// WidgetOrderField defines the ordering field of Widget.
+type WidgetOrderField struct {
+	// Value extracts the ordering value from the given Widget.
+	Value    func(*Widget) (ent.Value, error)
+	column   string // field or computed.
+	toTerm   func(...sql.OrderTermOption) widget.OrderOption
+	toCursor func(*Widget) Cursor
+}
+
+// WidgetOrder defines the ordering of Widget.
+type WidgetOrder struct {
+	Direction OrderDirection    `json:"direction"`
+	Field     *WidgetOrderField `json:"field"`
+}
+
+// DefaultWidgetOrder is the default ordering of Widget.
+var DefaultWidgetOrder = &WidgetOrder{
+	Direction: entgql.OrderDirectionAsc,
+	Field: &WidgetOrderField{
+		Value: func(_m *Widget) (ent.Value, error) {
+			return _m.ID, nil
+		},
+		column: widget.FieldID,
+		toTerm: widget.ByID,
+		toCursor: func(_m *Widget) Cursor {
+			return Cursor{ID: _m.ID}
+		},
+	},
+}
+
+// ToEdge converts Widget into WidgetEdge.
+func (_m *Widget) ToEdge(order *WidgetOrder) *WidgetEdge {
+	if order == nil {
+		order = DefaultWidgetOrder
+	}
+	return &WidgetEdge{
 		Node:   _m,
 		Cursor: order.Field.toCursor(_m),
 	}

@@ -779,6 +779,40 @@ type VoucherWhereInput struct {
 	DiscardReasonEqualFold    *string  `json:"discardReasonEqualFold,omitempty"`
 	DiscardReasonContainsFold *string  `json:"discardReasonContainsFold,omitempty"`
 
+	// "widget_id" field predicates.
+	WidgetID             *string  `json:"widgetID,omitempty"`
+	WidgetIDNEQ          *string  `json:"widgetIDNEQ,omitempty"`
+	WidgetIDIn           []string `json:"widgetIDIn,omitempty"`
+	WidgetIDNotIn        []string `json:"widgetIDNotIn,omitempty"`
+	WidgetIDGT           *string  `json:"widgetIDGT,omitempty"`
+	WidgetIDGTE          *string  `json:"widgetIDGTE,omitempty"`
+	WidgetIDLT           *string  `json:"widgetIDLT,omitempty"`
+	WidgetIDLTE          *string  `json:"widgetIDLTE,omitempty"`
+	WidgetIDContains     *string  `json:"widgetIDContains,omitempty"`
+	WidgetIDHasPrefix    *string  `json:"widgetIDHasPrefix,omitempty"`
+	WidgetIDHasSuffix    *string  `json:"widgetIDHasSuffix,omitempty"`
+	WidgetIDIsNil        bool     `json:"widgetIDIsNil,omitempty"`
+	WidgetIDNotNil       bool     `json:"widgetIDNotNil,omitempty"`
+	WidgetIDEqualFold    *string  `json:"widgetIDEqualFold,omitempty"`
+	WidgetIDContainsFold *string  `json:"widgetIDContainsFold,omitempty"`
+
+	// "reference" field predicates.
+	Reference             *string  `json:"reference,omitempty"`
+	ReferenceNEQ          *string  `json:"referenceNEQ,omitempty"`
+	ReferenceIn           []string `json:"referenceIn,omitempty"`
+	ReferenceNotIn        []string `json:"referenceNotIn,omitempty"`
+	ReferenceGT           *string  `json:"referenceGT,omitempty"`
+	ReferenceGTE          *string  `json:"referenceGTE,omitempty"`
+	ReferenceLT           *string  `json:"referenceLT,omitempty"`
+	ReferenceLTE          *string  `json:"referenceLTE,omitempty"`
+	ReferenceContains     *string  `json:"referenceContains,omitempty"`
+	ReferenceHasPrefix    *string  `json:"referenceHasPrefix,omitempty"`
+	ReferenceHasSuffix    *string  `json:"referenceHasSuffix,omitempty"`
+	ReferenceIsNil        bool     `json:"referenceIsNil,omitempty"`
+	ReferenceNotNil       bool     `json:"referenceNotNil,omitempty"`
+	ReferenceEqualFold    *string  `json:"referenceEqualFold,omitempty"`
+	ReferenceContainsFold *string  `json:"referenceContainsFold,omitempty"`
+
 	// "expires_at" field predicates.
 	ExpiresAt      *time.Time  `json:"expiresAt,omitempty"`
 	ExpiresAtNEQ   *time.Time  `json:"expiresAtNEQ,omitempty"`
@@ -1160,6 +1194,96 @@ func (i *VoucherWhereInput) P() (predicate.Voucher, error) {
 	}
 	if i.DiscardReasonContainsFold != nil {
 		predicates = append(predicates, voucher.DiscardReasonContainsFold(*i.DiscardReasonContainsFold))
+	}
+	if i.WidgetID != nil {
+		predicates = append(predicates, voucher.WidgetIDEQ(*i.WidgetID))
+	}
+	if i.WidgetIDNEQ != nil {
+		predicates = append(predicates, voucher.WidgetIDNEQ(*i.WidgetIDNEQ))
+	}
+	if len(i.WidgetIDIn) > 0 {
+		predicates = append(predicates, voucher.WidgetIDIn(i.WidgetIDIn...))
+	}
+	if len(i.WidgetIDNotIn) > 0 {
+		predicates = append(predicates, voucher.WidgetIDNotIn(i.WidgetIDNotIn...))
+	}
+	if i.WidgetIDGT != nil {
+		predicates = append(predicates, voucher.WidgetIDGT(*i.WidgetIDGT))
+	}
+	if i.WidgetIDGTE != nil {
+		predicates = append(predicates, voucher.WidgetIDGTE(*i.WidgetIDGTE))
+	}
+	if i.WidgetIDLT != nil {
+		predicates = append(predicates, voucher.WidgetIDLT(*i.WidgetIDLT))
+	}
+	if i.WidgetIDLTE != nil {
+		predicates = append(predicates, voucher.WidgetIDLTE(*i.WidgetIDLTE))
+	}
+	if i.WidgetIDContains != nil {
+		predicates = append(predicates, voucher.WidgetIDContains(*i.WidgetIDContains))
+	}
+	if i.WidgetIDHasPrefix != nil {
+		predicates = append(predicates, voucher.WidgetIDHasPrefix(*i.WidgetIDHasPrefix))
+	}
+	if i.WidgetIDHasSuffix != nil {
+		predicates = append(predicates, voucher.WidgetIDHasSuffix(*i.WidgetIDHasSuffix))
+	}
+	if i.WidgetIDIsNil {
+		predicates = append(predicates, voucher.WidgetIDIsNil())
+	}
+	if i.WidgetIDNotNil {
+		predicates = append(predicates, voucher.WidgetIDNotNil())
+	}
+	if i.WidgetIDEqualFold != nil {
+		predicates = append(predicates, voucher.WidgetIDEqualFold(*i.WidgetIDEqualFold))
+	}
+	if i.WidgetIDContainsFold != nil {
+		predicates = append(predicates, voucher.WidgetIDContainsFold(*i.WidgetIDContainsFold))
+	}
+	if i.Reference != nil {
+		predicates = append(predicates, voucher.ReferenceEQ(*i.Reference))
+	}
+	if i.ReferenceNEQ != nil {
+		predicates = append(predicates, voucher.ReferenceNEQ(*i.ReferenceNEQ))
+	}
+	if len(i.ReferenceIn) > 0 {
+		predicates = append(predicates, voucher.ReferenceIn(i.ReferenceIn...))
+	}
+	if len(i.ReferenceNotIn) > 0 {
+		predicates = append(predicates, voucher.ReferenceNotIn(i.ReferenceNotIn...))
+	}
+	if i.ReferenceGT != nil {
+		predicates = append(predicates, voucher.ReferenceGT(*i.ReferenceGT))
+	}
+	if i.ReferenceGTE != nil {
+		predicates = append(predicates, voucher.ReferenceGTE(*i.ReferenceGTE))
+	}
+	if i.ReferenceLT != nil {
+		predicates = append(predicates, voucher.ReferenceLT(*i.ReferenceLT))
+	}
+	if i.ReferenceLTE != nil {
+		predicates = append(predicates, voucher.ReferenceLTE(*i.ReferenceLTE))
+	}
+	if i.ReferenceContains != nil {
+		predicates = append(predicates, voucher.ReferenceContains(*i.ReferenceContains))
+	}
+	if i.ReferenceHasPrefix != nil {
+		predicates = append(predicates, voucher.ReferenceHasPrefix(*i.ReferenceHasPrefix))
+	}
+	if i.ReferenceHasSuffix != nil {
+		predicates = append(predicates, voucher.ReferenceHasSuffix(*i.ReferenceHasSuffix))
+	}
+	if i.ReferenceIsNil {
+		predicates = append(predicates, voucher.ReferenceIsNil())
+	}
+	if i.ReferenceNotNil {
+		predicates = append(predicates, voucher.ReferenceNotNil())
+	}
+	if i.ReferenceEqualFold != nil {
+		predicates = append(predicates, voucher.ReferenceEqualFold(*i.ReferenceEqualFold))
+	}
+	if i.ReferenceContainsFold != nil {
+		predicates = append(predicates, voucher.ReferenceContainsFold(*i.ReferenceContainsFold))
 	}
 	if i.ExpiresAt != nil {
 		predicates = append(predicates, voucher.ExpiresAtEQ(*i.ExpiresAt))

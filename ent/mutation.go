@@ -28,6 +28,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/payment"
 )
 
@@ -55,6 +56,7 @@ const (
 	TypeVoucherSession    = "VoucherSession"
 	TypeWebhookDelivery   = "WebhookDelivery"
 	TypeWebhookEndpoint   = "WebhookEndpoint"
+	TypeWidget            = "Widget"
 )
 
 // BusinessMutation represents an operation that mutates the Business nodes in the graph.
@@ -74,6 +76,9 @@ type BusinessMutation struct {
 	webhook_endpoints        map[string]struct{}
 	removedwebhook_endpoints map[string]struct{}
 	clearedwebhook_endpoints bool
+	widgets                  map[string]struct{}
+	removedwidgets           map[string]struct{}
+	clearedwidgets           bool
 	vouchers                 map[string]struct{}
 	removedvouchers          map[string]struct{}
 	clearedvouchers          bool
@@ -438,6 +443,60 @@ func (m *BusinessMutation) ResetWebhookEndpoints() {
 	m.removedwebhook_endpoints = nil
 }
 
+// AddWidgetIDs adds the "widgets" edge to the Widget entity by ids.
+func (m *BusinessMutation) AddWidgetIDs(ids ...string) {
+	if m.widgets == nil {
+		m.widgets = make(map[string]struct{})
+	}
+	for i := range ids {
+		m.widgets[ids[i]] = struct{}{}
+	}
+}
+
+// ClearWidgets clears the "widgets" edge to the Widget entity.
+func (m *BusinessMutation) ClearWidgets() {
+	m.clearedwidgets = true
+}
+
+// WidgetsCleared reports if the "widgets" edge to the Widget entity was cleared.
+func (m *BusinessMutation) WidgetsCleared() bool {
+	return m.clearedwidgets
+}
+
+// RemoveWidgetIDs removes the "widgets" edge to the Widget entity by IDs.
+func (m *BusinessMutation) RemoveWidgetIDs(ids ...string) {
+	if m.removedwidgets == nil {
+		m.removedwidgets = make(map[string]struct{})
+	}
+	for i := range ids {
+		delete(m.widgets, ids[i])
+		m.removedwidgets[ids[i]] = struct{}{}
+	}
+}
+
+// RemovedWidgets returns the removed IDs of the "widgets" edge to the Widget entity.
+func (m *BusinessMutation) RemovedWidgetsIDs() (ids []string) {
+	for id := range m.removedwidgets {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// WidgetsIDs returns the "widgets" edge IDs in the mutation.
+func (m *BusinessMutation) WidgetsIDs() (ids []string) {
+	for id := range m.widgets {
+		ids = append(ids, id)
+	}
+	return
+}
+
+// ResetWidgets resets all changes to the "widgets" edge.
+func (m *BusinessMutation) ResetWidgets() {
+	m.widgets = nil
+	m.clearedwidgets = false
+	m.removedwidgets = nil
+}
+
 // AddVoucherIDs adds the "vouchers" edge to the Voucher entity by ids.
 func (m *BusinessMutation) AddVoucherIDs(ids ...string) {
 	if m.vouchers == nil {
@@ -676,12 +735,15 @@ func (m *BusinessMutation) ResetField(name string) error {
 
 // AddedEdges returns all edge names that were set/added in this mutation.
 func (m *BusinessMutation) AddedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.members != nil {
 		edges = append(edges, business.EdgeMembers)
 	}
 	if m.webhook_endpoints != nil {
 		edges = append(edges, business.EdgeWebhookEndpoints)
+	}
+	if m.widgets != nil {
+		edges = append(edges, business.EdgeWidgets)
 	}
 	if m.vouchers != nil {
 		edges = append(edges, business.EdgeVouchers)
@@ -705,6 +767,12 @@ func (m *BusinessMutation) AddedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case business.EdgeWidgets:
+		ids := make([]ent.Value, 0, len(m.widgets))
+		for id := range m.widgets {
+			ids = append(ids, id)
+		}
+		return ids
 	case business.EdgeVouchers:
 		ids := make([]ent.Value, 0, len(m.vouchers))
 		for id := range m.vouchers {
@@ -717,12 +785,15 @@ func (m *BusinessMutation) AddedIDs(name string) []ent.Value {
 
 // RemovedEdges returns all edge names that were removed in this mutation.
 func (m *BusinessMutation) RemovedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.removedmembers != nil {
 		edges = append(edges, business.EdgeMembers)
 	}
 	if m.removedwebhook_endpoints != nil {
 		edges = append(edges, business.EdgeWebhookEndpoints)
+	}
+	if m.removedwidgets != nil {
+		edges = append(edges, business.EdgeWidgets)
 	}
 	if m.removedvouchers != nil {
 		edges = append(edges, business.EdgeVouchers)
@@ -746,6 +817,12 @@ func (m *BusinessMutation) RemovedIDs(name string) []ent.Value {
 			ids = append(ids, id)
 		}
 		return ids
+	case business.EdgeWidgets:
+		ids := make([]ent.Value, 0, len(m.removedwidgets))
+		for id := range m.removedwidgets {
+			ids = append(ids, id)
+		}
+		return ids
 	case business.EdgeVouchers:
 		ids := make([]ent.Value, 0, len(m.removedvouchers))
 		for id := range m.removedvouchers {
@@ -758,12 +835,15 @@ func (m *BusinessMutation) RemovedIDs(name string) []ent.Value {
 
 // ClearedEdges returns all edge names that were cleared in this mutation.
 func (m *BusinessMutation) ClearedEdges() []string {
-	edges := make([]string, 0, 3)
+	edges := make([]string, 0, 4)
 	if m.clearedmembers {
 		edges = append(edges, business.EdgeMembers)
 	}
 	if m.clearedwebhook_endpoints {
 		edges = append(edges, business.EdgeWebhookEndpoints)
+	}
+	if m.clearedwidgets {
+		edges = append(edges, business.EdgeWidgets)
 	}
 	if m.clearedvouchers {
 		edges = append(edges, business.EdgeVouchers)
@@ -779,6 +859,8 @@ func (m *BusinessMutation) EdgeCleared(name string) bool {
 		return m.clearedmembers
 	case business.EdgeWebhookEndpoints:
 		return m.clearedwebhook_endpoints
+	case business.EdgeWidgets:
+		return m.clearedwidgets
 	case business.EdgeVouchers:
 		return m.clearedvouchers
 	}
@@ -802,6 +884,9 @@ func (m *BusinessMutation) ResetEdge(name string) error {
 		return nil
 	case business.EdgeWebhookEndpoints:
 		m.ResetWebhookEndpoints()
+		return nil
+	case business.EdgeWidgets:
+		m.ResetWidgets()
 		return nil
 	case business.EdgeVouchers:
 		m.ResetVouchers()
@@ -6891,44 +6976,47 @@ func (m *UserMutation) ResetEdge(name string) error {
 // VoucherMutation represents an operation that mutates the Voucher nodes in the graph.
 type VoucherMutation struct {
 	config
-	op                 Op
-	typ                string
-	id                 *string
-	created_at         *time.Time
-	updated_at         *time.Time
-	code               *string
-	live_code          *string
-	status             *voucher.Status
-	_type              *voucher.Type
-	version            *int
-	addversion         *int
-	payer_id           *string
-	payee_id           *string
-	expected_payment   **payment.Payment
-	supplied_payment   **payment.Payment
-	exchange_rate      *string
-	networks           *[]payment.Network
-	appendnetworks     []payment.Network
-	payments           *[]payment.CustomPayment
-	appendpayments     []payment.CustomPayment
-	extras             *[]json.RawMessage
-	appendextras       []json.RawMessage
-	payee_info         *json.RawMessage
-	appendpayee_info   json.RawMessage
-	receipts           *[]payment.Receipt
-	appendreceipts     []payment.Receipt
-	discard_reason     *string
-	expires_at         *time.Time
-	settlement         **payment.Settlement
-	settlement_network *string
-	clearedFields      map[string]struct{}
-	session            *string
-	clearedsession     bool
-	business           *string
-	clearedbusiness    bool
-	done               bool
-	oldValue           func(context.Context) (*Voucher, error)
-	predicates         []predicate.Voucher
+	op                  Op
+	typ                 string
+	id                  *string
+	created_at          *time.Time
+	updated_at          *time.Time
+	code                *string
+	live_code           *string
+	status              *voucher.Status
+	_type               *voucher.Type
+	version             *int
+	addversion          *int
+	payer_id            *string
+	payee_id            *string
+	expected_payment    **payment.Payment
+	supplied_payment    **payment.Payment
+	exchange_rate       *string
+	networks            *[]payment.Network
+	appendnetworks      []payment.Network
+	payments            *[]payment.CustomPayment
+	appendpayments      []payment.CustomPayment
+	extras              *[]json.RawMessage
+	appendextras        []json.RawMessage
+	payee_info          *json.RawMessage
+	appendpayee_info    json.RawMessage
+	receipts            *[]payment.Receipt
+	appendreceipts      []payment.Receipt
+	discard_reason      *string
+	widget_id           *string
+	reference           *string
+	checkout_token_hash *string
+	expires_at          *time.Time
+	settlement          **payment.Settlement
+	settlement_network  *string
+	clearedFields       map[string]struct{}
+	session             *string
+	clearedsession      bool
+	business            *string
+	clearedbusiness     bool
+	done                bool
+	oldValue            func(context.Context) (*Voucher, error)
+	predicates          []predicate.Voucher
 }
 
 var _ ent.Mutation = (*VoucherMutation)(nil)
@@ -8011,6 +8099,153 @@ func (m *VoucherMutation) ResetDiscardReason() {
 	delete(m.clearedFields, voucher.FieldDiscardReason)
 }
 
+// SetWidgetID sets the "widget_id" field.
+func (m *VoucherMutation) SetWidgetID(s string) {
+	m.widget_id = &s
+}
+
+// WidgetID returns the value of the "widget_id" field in the mutation.
+func (m *VoucherMutation) WidgetID() (r string, exists bool) {
+	v := m.widget_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWidgetID returns the old "widget_id" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldWidgetID(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWidgetID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWidgetID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWidgetID: %w", err)
+	}
+	return oldValue.WidgetID, nil
+}
+
+// ClearWidgetID clears the value of the "widget_id" field.
+func (m *VoucherMutation) ClearWidgetID() {
+	m.widget_id = nil
+	m.clearedFields[voucher.FieldWidgetID] = struct{}{}
+}
+
+// WidgetIDCleared returns if the "widget_id" field was cleared in this mutation.
+func (m *VoucherMutation) WidgetIDCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldWidgetID]
+	return ok
+}
+
+// ResetWidgetID resets all changes to the "widget_id" field.
+func (m *VoucherMutation) ResetWidgetID() {
+	m.widget_id = nil
+	delete(m.clearedFields, voucher.FieldWidgetID)
+}
+
+// SetReference sets the "reference" field.
+func (m *VoucherMutation) SetReference(s string) {
+	m.reference = &s
+}
+
+// Reference returns the value of the "reference" field in the mutation.
+func (m *VoucherMutation) Reference() (r string, exists bool) {
+	v := m.reference
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldReference returns the old "reference" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldReference(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldReference is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldReference requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldReference: %w", err)
+	}
+	return oldValue.Reference, nil
+}
+
+// ClearReference clears the value of the "reference" field.
+func (m *VoucherMutation) ClearReference() {
+	m.reference = nil
+	m.clearedFields[voucher.FieldReference] = struct{}{}
+}
+
+// ReferenceCleared returns if the "reference" field was cleared in this mutation.
+func (m *VoucherMutation) ReferenceCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldReference]
+	return ok
+}
+
+// ResetReference resets all changes to the "reference" field.
+func (m *VoucherMutation) ResetReference() {
+	m.reference = nil
+	delete(m.clearedFields, voucher.FieldReference)
+}
+
+// SetCheckoutTokenHash sets the "checkout_token_hash" field.
+func (m *VoucherMutation) SetCheckoutTokenHash(s string) {
+	m.checkout_token_hash = &s
+}
+
+// CheckoutTokenHash returns the value of the "checkout_token_hash" field in the mutation.
+func (m *VoucherMutation) CheckoutTokenHash() (r string, exists bool) {
+	v := m.checkout_token_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCheckoutTokenHash returns the old "checkout_token_hash" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldCheckoutTokenHash(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCheckoutTokenHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCheckoutTokenHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCheckoutTokenHash: %w", err)
+	}
+	return oldValue.CheckoutTokenHash, nil
+}
+
+// ClearCheckoutTokenHash clears the value of the "checkout_token_hash" field.
+func (m *VoucherMutation) ClearCheckoutTokenHash() {
+	m.checkout_token_hash = nil
+	m.clearedFields[voucher.FieldCheckoutTokenHash] = struct{}{}
+}
+
+// CheckoutTokenHashCleared returns if the "checkout_token_hash" field was cleared in this mutation.
+func (m *VoucherMutation) CheckoutTokenHashCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldCheckoutTokenHash]
+	return ok
+}
+
+// ResetCheckoutTokenHash resets all changes to the "checkout_token_hash" field.
+func (m *VoucherMutation) ResetCheckoutTokenHash() {
+	m.checkout_token_hash = nil
+	delete(m.clearedFields, voucher.FieldCheckoutTokenHash)
+}
+
 // SetExpiresAt sets the "expires_at" field.
 func (m *VoucherMutation) SetExpiresAt(t time.Time) {
 	m.expires_at = &t
@@ -8233,7 +8468,7 @@ func (m *VoucherMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VoucherMutation) Fields() []string {
-	fields := make([]string, 0, 23)
+	fields := make([]string, 0, 26)
 	if m.created_at != nil {
 		fields = append(fields, voucher.FieldCreatedAt)
 	}
@@ -8294,6 +8529,15 @@ func (m *VoucherMutation) Fields() []string {
 	if m.discard_reason != nil {
 		fields = append(fields, voucher.FieldDiscardReason)
 	}
+	if m.widget_id != nil {
+		fields = append(fields, voucher.FieldWidgetID)
+	}
+	if m.reference != nil {
+		fields = append(fields, voucher.FieldReference)
+	}
+	if m.checkout_token_hash != nil {
+		fields = append(fields, voucher.FieldCheckoutTokenHash)
+	}
 	if m.expires_at != nil {
 		fields = append(fields, voucher.FieldExpiresAt)
 	}
@@ -8351,6 +8595,12 @@ func (m *VoucherMutation) Field(name string) (ent.Value, bool) {
 		return m.Receipts()
 	case voucher.FieldDiscardReason:
 		return m.DiscardReason()
+	case voucher.FieldWidgetID:
+		return m.WidgetID()
+	case voucher.FieldReference:
+		return m.Reference()
+	case voucher.FieldCheckoutTokenHash:
+		return m.CheckoutTokenHash()
 	case voucher.FieldExpiresAt:
 		return m.ExpiresAt()
 	case voucher.FieldSettlement:
@@ -8406,6 +8656,12 @@ func (m *VoucherMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldReceipts(ctx)
 	case voucher.FieldDiscardReason:
 		return m.OldDiscardReason(ctx)
+	case voucher.FieldWidgetID:
+		return m.OldWidgetID(ctx)
+	case voucher.FieldReference:
+		return m.OldReference(ctx)
+	case voucher.FieldCheckoutTokenHash:
+		return m.OldCheckoutTokenHash(ctx)
 	case voucher.FieldExpiresAt:
 		return m.OldExpiresAt(ctx)
 	case voucher.FieldSettlement:
@@ -8561,6 +8817,27 @@ func (m *VoucherMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetDiscardReason(v)
 		return nil
+	case voucher.FieldWidgetID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWidgetID(v)
+		return nil
+	case voucher.FieldReference:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetReference(v)
+		return nil
+	case voucher.FieldCheckoutTokenHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCheckoutTokenHash(v)
+		return nil
 	case voucher.FieldExpiresAt:
 		v, ok := value.(time.Time)
 		if !ok {
@@ -8663,6 +8940,15 @@ func (m *VoucherMutation) ClearedFields() []string {
 	if m.FieldCleared(voucher.FieldDiscardReason) {
 		fields = append(fields, voucher.FieldDiscardReason)
 	}
+	if m.FieldCleared(voucher.FieldWidgetID) {
+		fields = append(fields, voucher.FieldWidgetID)
+	}
+	if m.FieldCleared(voucher.FieldReference) {
+		fields = append(fields, voucher.FieldReference)
+	}
+	if m.FieldCleared(voucher.FieldCheckoutTokenHash) {
+		fields = append(fields, voucher.FieldCheckoutTokenHash)
+	}
 	if m.FieldCleared(voucher.FieldSettlement) {
 		fields = append(fields, voucher.FieldSettlement)
 	}
@@ -8718,6 +9004,15 @@ func (m *VoucherMutation) ClearField(name string) error {
 		return nil
 	case voucher.FieldDiscardReason:
 		m.ClearDiscardReason()
+		return nil
+	case voucher.FieldWidgetID:
+		m.ClearWidgetID()
+		return nil
+	case voucher.FieldReference:
+		m.ClearReference()
+		return nil
+	case voucher.FieldCheckoutTokenHash:
+		m.ClearCheckoutTokenHash()
 		return nil
 	case voucher.FieldSettlement:
 		m.ClearSettlement()
@@ -8792,6 +9087,15 @@ func (m *VoucherMutation) ResetField(name string) error {
 		return nil
 	case voucher.FieldDiscardReason:
 		m.ResetDiscardReason()
+		return nil
+	case voucher.FieldWidgetID:
+		m.ResetWidgetID()
+		return nil
+	case voucher.FieldReference:
+		m.ResetReference()
+		return nil
+	case voucher.FieldCheckoutTokenHash:
+		m.ResetCheckoutTokenHash()
 		return nil
 	case voucher.FieldExpiresAt:
 		m.ResetExpiresAt()
@@ -12174,4 +12478,854 @@ func (m *WebhookEndpointMutation) ResetEdge(name string) error {
 		return nil
 	}
 	return fmt.Errorf("unknown WebhookEndpoint edge %s", name)
+}
+
+// WidgetMutation represents an operation that mutates the Widget nodes in the graph.
+type WidgetMutation struct {
+	config
+	op              Op
+	typ             string
+	id              *string
+	created_at      *time.Time
+	updated_at      *time.Time
+	name            *string
+	status          *widget.Status
+	accepts         *[]payment.Accept
+	appendaccepts   []payment.Accept
+	wallets         *[]payment.NetworkWallet
+	appendwallets   []payment.NetworkWallet
+	secret_hash     *string
+	session_id      *string
+	clearedFields   map[string]struct{}
+	business        *string
+	clearedbusiness bool
+	done            bool
+	oldValue        func(context.Context) (*Widget, error)
+	predicates      []predicate.Widget
+}
+
+var _ ent.Mutation = (*WidgetMutation)(nil)
+
+// widgetOption allows management of the mutation configuration using functional options.
+type widgetOption func(*WidgetMutation)
+
+// newWidgetMutation creates new mutation for the Widget entity.
+func newWidgetMutation(c config, op Op, opts ...widgetOption) *WidgetMutation {
+	m := &WidgetMutation{
+		config:        c,
+		op:            op,
+		typ:           TypeWidget,
+		clearedFields: make(map[string]struct{}),
+	}
+	for _, opt := range opts {
+		opt(m)
+	}
+	return m
+}
+
+// withWidgetID sets the ID field of the mutation.
+func withWidgetID(id string) widgetOption {
+	return func(m *WidgetMutation) {
+		var (
+			err   error
+			once  sync.Once
+			value *Widget
+		)
+		m.oldValue = func(ctx context.Context) (*Widget, error) {
+			once.Do(func() {
+				if m.done {
+					err = errors.New("querying old values post mutation is not allowed")
+				} else {
+					value, err = m.Client().Widget.Get(ctx, id)
+				}
+			})
+			return value, err
+		}
+		m.id = &id
+	}
+}
+
+// withWidget sets the old Widget of the mutation.
+func withWidget(node *Widget) widgetOption {
+	return func(m *WidgetMutation) {
+		m.oldValue = func(context.Context) (*Widget, error) {
+			return node, nil
+		}
+		m.id = &node.ID
+	}
+}
+
+// Client returns a new `ent.Client` from the mutation. If the mutation was
+// executed in a transaction (ent.Tx), a transactional client is returned.
+func (m WidgetMutation) Client() *Client {
+	client := &Client{config: m.config}
+	client.init()
+	return client
+}
+
+// Tx returns an `ent.Tx` for mutations that were executed in transactions;
+// it returns an error otherwise.
+func (m WidgetMutation) Tx() (*Tx, error) {
+	if _, ok := m.driver.(*txDriver); !ok {
+		return nil, errors.New("ent: mutation is not running in a transaction")
+	}
+	tx := &Tx{config: m.config}
+	tx.init()
+	return tx, nil
+}
+
+// SetID sets the value of the id field. Note that this
+// operation is only accepted on creation of Widget entities.
+func (m *WidgetMutation) SetID(id string) {
+	m.id = &id
+}
+
+// ID returns the ID value in the mutation. Note that the ID is only available
+// if it was provided to the builder or after it was returned from the database.
+func (m *WidgetMutation) ID() (id string, exists bool) {
+	if m.id == nil {
+		return
+	}
+	return *m.id, true
+}
+
+// IDs queries the database and returns the entity ids that match the mutation's predicate.
+// That means, if the mutation is applied within a transaction with an isolation level such
+// as sql.LevelSerializable, the returned ids match the ids of the rows that will be updated
+// or updated by the mutation.
+func (m *WidgetMutation) IDs(ctx context.Context) ([]string, error) {
+	switch {
+	case m.op.Is(OpUpdateOne | OpDeleteOne):
+		id, exists := m.ID()
+		if exists {
+			return []string{id}, nil
+		}
+		fallthrough
+	case m.op.Is(OpUpdate | OpDelete):
+		return m.Client().Widget.Query().Where(m.predicates...).IDs(ctx)
+	default:
+		return nil, fmt.Errorf("IDs is not allowed on %s operations", m.op)
+	}
+}
+
+// SetCreatedAt sets the "created_at" field.
+func (m *WidgetMutation) SetCreatedAt(t time.Time) {
+	m.created_at = &t
+}
+
+// CreatedAt returns the value of the "created_at" field in the mutation.
+func (m *WidgetMutation) CreatedAt() (r time.Time, exists bool) {
+	v := m.created_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldCreatedAt returns the old "created_at" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldCreatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldCreatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldCreatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldCreatedAt: %w", err)
+	}
+	return oldValue.CreatedAt, nil
+}
+
+// ResetCreatedAt resets all changes to the "created_at" field.
+func (m *WidgetMutation) ResetCreatedAt() {
+	m.created_at = nil
+}
+
+// SetUpdatedAt sets the "updated_at" field.
+func (m *WidgetMutation) SetUpdatedAt(t time.Time) {
+	m.updated_at = &t
+}
+
+// UpdatedAt returns the value of the "updated_at" field in the mutation.
+func (m *WidgetMutation) UpdatedAt() (r time.Time, exists bool) {
+	v := m.updated_at
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldUpdatedAt returns the old "updated_at" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldUpdatedAt(ctx context.Context) (v time.Time, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldUpdatedAt is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldUpdatedAt requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldUpdatedAt: %w", err)
+	}
+	return oldValue.UpdatedAt, nil
+}
+
+// ResetUpdatedAt resets all changes to the "updated_at" field.
+func (m *WidgetMutation) ResetUpdatedAt() {
+	m.updated_at = nil
+}
+
+// SetBusinessID sets the "business_id" field.
+func (m *WidgetMutation) SetBusinessID(s string) {
+	m.business = &s
+}
+
+// BusinessID returns the value of the "business_id" field in the mutation.
+func (m *WidgetMutation) BusinessID() (r string, exists bool) {
+	v := m.business
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldBusinessID returns the old "business_id" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldBusinessID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldBusinessID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldBusinessID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldBusinessID: %w", err)
+	}
+	return oldValue.BusinessID, nil
+}
+
+// ResetBusinessID resets all changes to the "business_id" field.
+func (m *WidgetMutation) ResetBusinessID() {
+	m.business = nil
+}
+
+// SetName sets the "name" field.
+func (m *WidgetMutation) SetName(s string) {
+	m.name = &s
+}
+
+// Name returns the value of the "name" field in the mutation.
+func (m *WidgetMutation) Name() (r string, exists bool) {
+	v := m.name
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldName returns the old "name" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldName(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldName is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldName requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldName: %w", err)
+	}
+	return oldValue.Name, nil
+}
+
+// ResetName resets all changes to the "name" field.
+func (m *WidgetMutation) ResetName() {
+	m.name = nil
+}
+
+// SetStatus sets the "status" field.
+func (m *WidgetMutation) SetStatus(w widget.Status) {
+	m.status = &w
+}
+
+// Status returns the value of the "status" field in the mutation.
+func (m *WidgetMutation) Status() (r widget.Status, exists bool) {
+	v := m.status
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldStatus returns the old "status" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldStatus(ctx context.Context) (v widget.Status, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldStatus is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldStatus requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldStatus: %w", err)
+	}
+	return oldValue.Status, nil
+}
+
+// ResetStatus resets all changes to the "status" field.
+func (m *WidgetMutation) ResetStatus() {
+	m.status = nil
+}
+
+// SetAccepts sets the "accepts" field.
+func (m *WidgetMutation) SetAccepts(pa []payment.Accept) {
+	m.accepts = &pa
+	m.appendaccepts = nil
+}
+
+// Accepts returns the value of the "accepts" field in the mutation.
+func (m *WidgetMutation) Accepts() (r []payment.Accept, exists bool) {
+	v := m.accepts
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldAccepts returns the old "accepts" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldAccepts(ctx context.Context) (v []payment.Accept, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldAccepts is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldAccepts requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldAccepts: %w", err)
+	}
+	return oldValue.Accepts, nil
+}
+
+// AppendAccepts adds pa to the "accepts" field.
+func (m *WidgetMutation) AppendAccepts(pa []payment.Accept) {
+	m.appendaccepts = append(m.appendaccepts, pa...)
+}
+
+// AppendedAccepts returns the list of values that were appended to the "accepts" field in this mutation.
+func (m *WidgetMutation) AppendedAccepts() ([]payment.Accept, bool) {
+	if len(m.appendaccepts) == 0 {
+		return nil, false
+	}
+	return m.appendaccepts, true
+}
+
+// ResetAccepts resets all changes to the "accepts" field.
+func (m *WidgetMutation) ResetAccepts() {
+	m.accepts = nil
+	m.appendaccepts = nil
+}
+
+// SetWallets sets the "wallets" field.
+func (m *WidgetMutation) SetWallets(pw []payment.NetworkWallet) {
+	m.wallets = &pw
+	m.appendwallets = nil
+}
+
+// Wallets returns the value of the "wallets" field in the mutation.
+func (m *WidgetMutation) Wallets() (r []payment.NetworkWallet, exists bool) {
+	v := m.wallets
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWallets returns the old "wallets" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldWallets(ctx context.Context) (v []payment.NetworkWallet, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWallets is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWallets requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWallets: %w", err)
+	}
+	return oldValue.Wallets, nil
+}
+
+// AppendWallets adds pw to the "wallets" field.
+func (m *WidgetMutation) AppendWallets(pw []payment.NetworkWallet) {
+	m.appendwallets = append(m.appendwallets, pw...)
+}
+
+// AppendedWallets returns the list of values that were appended to the "wallets" field in this mutation.
+func (m *WidgetMutation) AppendedWallets() ([]payment.NetworkWallet, bool) {
+	if len(m.appendwallets) == 0 {
+		return nil, false
+	}
+	return m.appendwallets, true
+}
+
+// ResetWallets resets all changes to the "wallets" field.
+func (m *WidgetMutation) ResetWallets() {
+	m.wallets = nil
+	m.appendwallets = nil
+}
+
+// SetSecretHash sets the "secret_hash" field.
+func (m *WidgetMutation) SetSecretHash(s string) {
+	m.secret_hash = &s
+}
+
+// SecretHash returns the value of the "secret_hash" field in the mutation.
+func (m *WidgetMutation) SecretHash() (r string, exists bool) {
+	v := m.secret_hash
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSecretHash returns the old "secret_hash" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldSecretHash(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSecretHash is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSecretHash requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSecretHash: %w", err)
+	}
+	return oldValue.SecretHash, nil
+}
+
+// ResetSecretHash resets all changes to the "secret_hash" field.
+func (m *WidgetMutation) ResetSecretHash() {
+	m.secret_hash = nil
+}
+
+// SetSessionID sets the "session_id" field.
+func (m *WidgetMutation) SetSessionID(s string) {
+	m.session_id = &s
+}
+
+// SessionID returns the value of the "session_id" field in the mutation.
+func (m *WidgetMutation) SessionID() (r string, exists bool) {
+	v := m.session_id
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSessionID returns the old "session_id" field's value of the Widget entity.
+// If the Widget object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *WidgetMutation) OldSessionID(ctx context.Context) (v string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSessionID is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSessionID requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSessionID: %w", err)
+	}
+	return oldValue.SessionID, nil
+}
+
+// ResetSessionID resets all changes to the "session_id" field.
+func (m *WidgetMutation) ResetSessionID() {
+	m.session_id = nil
+}
+
+// ClearBusiness clears the "business" edge to the Business entity.
+func (m *WidgetMutation) ClearBusiness() {
+	m.clearedbusiness = true
+	m.clearedFields[widget.FieldBusinessID] = struct{}{}
+}
+
+// BusinessCleared reports if the "business" edge to the Business entity was cleared.
+func (m *WidgetMutation) BusinessCleared() bool {
+	return m.clearedbusiness
+}
+
+// BusinessIDs returns the "business" edge IDs in the mutation.
+// Note that IDs always returns len(IDs) <= 1 for unique edges, and you should use
+// BusinessID instead. It exists only for internal usage by the builders.
+func (m *WidgetMutation) BusinessIDs() (ids []string) {
+	if id := m.business; id != nil {
+		ids = append(ids, *id)
+	}
+	return
+}
+
+// ResetBusiness resets all changes to the "business" edge.
+func (m *WidgetMutation) ResetBusiness() {
+	m.business = nil
+	m.clearedbusiness = false
+}
+
+// Where appends a list predicates to the WidgetMutation builder.
+func (m *WidgetMutation) Where(ps ...predicate.Widget) {
+	m.predicates = append(m.predicates, ps...)
+}
+
+// WhereP appends storage-level predicates to the WidgetMutation builder. Using this method,
+// users can use type-assertion to append predicates that do not depend on any generated package.
+func (m *WidgetMutation) WhereP(ps ...func(*sql.Selector)) {
+	p := make([]predicate.Widget, len(ps))
+	for i := range ps {
+		p[i] = ps[i]
+	}
+	m.Where(p...)
+}
+
+// Op returns the operation name.
+func (m *WidgetMutation) Op() Op {
+	return m.op
+}
+
+// SetOp allows setting the mutation operation.
+func (m *WidgetMutation) SetOp(op Op) {
+	m.op = op
+}
+
+// Type returns the node type of this mutation (Widget).
+func (m *WidgetMutation) Type() string {
+	return m.typ
+}
+
+// Fields returns all fields that were changed during this mutation. Note that in
+// order to get all numeric fields that were incremented/decremented, call
+// AddedFields().
+func (m *WidgetMutation) Fields() []string {
+	fields := make([]string, 0, 9)
+	if m.created_at != nil {
+		fields = append(fields, widget.FieldCreatedAt)
+	}
+	if m.updated_at != nil {
+		fields = append(fields, widget.FieldUpdatedAt)
+	}
+	if m.business != nil {
+		fields = append(fields, widget.FieldBusinessID)
+	}
+	if m.name != nil {
+		fields = append(fields, widget.FieldName)
+	}
+	if m.status != nil {
+		fields = append(fields, widget.FieldStatus)
+	}
+	if m.accepts != nil {
+		fields = append(fields, widget.FieldAccepts)
+	}
+	if m.wallets != nil {
+		fields = append(fields, widget.FieldWallets)
+	}
+	if m.secret_hash != nil {
+		fields = append(fields, widget.FieldSecretHash)
+	}
+	if m.session_id != nil {
+		fields = append(fields, widget.FieldSessionID)
+	}
+	return fields
+}
+
+// Field returns the value of a field with the given name. The second boolean
+// return value indicates that this field was not set, or was not defined in the
+// schema.
+func (m *WidgetMutation) Field(name string) (ent.Value, bool) {
+	switch name {
+	case widget.FieldCreatedAt:
+		return m.CreatedAt()
+	case widget.FieldUpdatedAt:
+		return m.UpdatedAt()
+	case widget.FieldBusinessID:
+		return m.BusinessID()
+	case widget.FieldName:
+		return m.Name()
+	case widget.FieldStatus:
+		return m.Status()
+	case widget.FieldAccepts:
+		return m.Accepts()
+	case widget.FieldWallets:
+		return m.Wallets()
+	case widget.FieldSecretHash:
+		return m.SecretHash()
+	case widget.FieldSessionID:
+		return m.SessionID()
+	}
+	return nil, false
+}
+
+// OldField returns the old value of the field from the database. An error is
+// returned if the mutation operation is not UpdateOne, or the query to the
+// database failed.
+func (m *WidgetMutation) OldField(ctx context.Context, name string) (ent.Value, error) {
+	switch name {
+	case widget.FieldCreatedAt:
+		return m.OldCreatedAt(ctx)
+	case widget.FieldUpdatedAt:
+		return m.OldUpdatedAt(ctx)
+	case widget.FieldBusinessID:
+		return m.OldBusinessID(ctx)
+	case widget.FieldName:
+		return m.OldName(ctx)
+	case widget.FieldStatus:
+		return m.OldStatus(ctx)
+	case widget.FieldAccepts:
+		return m.OldAccepts(ctx)
+	case widget.FieldWallets:
+		return m.OldWallets(ctx)
+	case widget.FieldSecretHash:
+		return m.OldSecretHash(ctx)
+	case widget.FieldSessionID:
+		return m.OldSessionID(ctx)
+	}
+	return nil, fmt.Errorf("unknown Widget field %s", name)
+}
+
+// SetField sets the value of a field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WidgetMutation) SetField(name string, value ent.Value) error {
+	switch name {
+	case widget.FieldCreatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetCreatedAt(v)
+		return nil
+	case widget.FieldUpdatedAt:
+		v, ok := value.(time.Time)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetUpdatedAt(v)
+		return nil
+	case widget.FieldBusinessID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetBusinessID(v)
+		return nil
+	case widget.FieldName:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetName(v)
+		return nil
+	case widget.FieldStatus:
+		v, ok := value.(widget.Status)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetStatus(v)
+		return nil
+	case widget.FieldAccepts:
+		v, ok := value.([]payment.Accept)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetAccepts(v)
+		return nil
+	case widget.FieldWallets:
+		v, ok := value.([]payment.NetworkWallet)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWallets(v)
+		return nil
+	case widget.FieldSecretHash:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSecretHash(v)
+		return nil
+	case widget.FieldSessionID:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSessionID(v)
+		return nil
+	}
+	return fmt.Errorf("unknown Widget field %s", name)
+}
+
+// AddedFields returns all numeric fields that were incremented/decremented during
+// this mutation.
+func (m *WidgetMutation) AddedFields() []string {
+	return nil
+}
+
+// AddedField returns the numeric value that was incremented/decremented on a field
+// with the given name. The second boolean return value indicates that this field
+// was not set, or was not defined in the schema.
+func (m *WidgetMutation) AddedField(name string) (ent.Value, bool) {
+	return nil, false
+}
+
+// AddField adds the value to the field with the given name. It returns an error if
+// the field is not defined in the schema, or if the type mismatched the field
+// type.
+func (m *WidgetMutation) AddField(name string, value ent.Value) error {
+	switch name {
+	}
+	return fmt.Errorf("unknown Widget numeric field %s", name)
+}
+
+// ClearedFields returns all nullable fields that were cleared during this
+// mutation.
+func (m *WidgetMutation) ClearedFields() []string {
+	return nil
+}
+
+// FieldCleared returns a boolean indicating if a field with the given name was
+// cleared in this mutation.
+func (m *WidgetMutation) FieldCleared(name string) bool {
+	_, ok := m.clearedFields[name]
+	return ok
+}
+
+// ClearField clears the value of the field with the given name. It returns an
+// error if the field is not defined in the schema.
+func (m *WidgetMutation) ClearField(name string) error {
+	return fmt.Errorf("unknown Widget nullable field %s", name)
+}
+
+// ResetField resets all changes in the mutation for the field with the given name.
+// It returns an error if the field is not defined in the schema.
+func (m *WidgetMutation) ResetField(name string) error {
+	switch name {
+	case widget.FieldCreatedAt:
+		m.ResetCreatedAt()
+		return nil
+	case widget.FieldUpdatedAt:
+		m.ResetUpdatedAt()
+		return nil
+	case widget.FieldBusinessID:
+		m.ResetBusinessID()
+		return nil
+	case widget.FieldName:
+		m.ResetName()
+		return nil
+	case widget.FieldStatus:
+		m.ResetStatus()
+		return nil
+	case widget.FieldAccepts:
+		m.ResetAccepts()
+		return nil
+	case widget.FieldWallets:
+		m.ResetWallets()
+		return nil
+	case widget.FieldSecretHash:
+		m.ResetSecretHash()
+		return nil
+	case widget.FieldSessionID:
+		m.ResetSessionID()
+		return nil
+	}
+	return fmt.Errorf("unknown Widget field %s", name)
+}
+
+// AddedEdges returns all edge names that were set/added in this mutation.
+func (m *WidgetMutation) AddedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.business != nil {
+		edges = append(edges, widget.EdgeBusiness)
+	}
+	return edges
+}
+
+// AddedIDs returns all IDs (to other nodes) that were added for the given edge
+// name in this mutation.
+func (m *WidgetMutation) AddedIDs(name string) []ent.Value {
+	switch name {
+	case widget.EdgeBusiness:
+		if id := m.business; id != nil {
+			return []ent.Value{*id}
+		}
+	}
+	return nil
+}
+
+// RemovedEdges returns all edge names that were removed in this mutation.
+func (m *WidgetMutation) RemovedEdges() []string {
+	edges := make([]string, 0, 1)
+	return edges
+}
+
+// RemovedIDs returns all IDs (to other nodes) that were removed for the edge with
+// the given name in this mutation.
+func (m *WidgetMutation) RemovedIDs(name string) []ent.Value {
+	return nil
+}
+
+// ClearedEdges returns all edge names that were cleared in this mutation.
+func (m *WidgetMutation) ClearedEdges() []string {
+	edges := make([]string, 0, 1)
+	if m.clearedbusiness {
+		edges = append(edges, widget.EdgeBusiness)
+	}
+	return edges
+}
+
+// EdgeCleared returns a boolean which indicates if the edge with the given name
+// was cleared in this mutation.
+func (m *WidgetMutation) EdgeCleared(name string) bool {
+	switch name {
+	case widget.EdgeBusiness:
+		return m.clearedbusiness
+	}
+	return false
+}
+
+// ClearEdge clears the value of the edge with the given name. It returns an error
+// if that edge is not defined in the schema.
+func (m *WidgetMutation) ClearEdge(name string) error {
+	switch name {
+	case widget.EdgeBusiness:
+		m.ClearBusiness()
+		return nil
+	}
+	return fmt.Errorf("unknown Widget unique edge %s", name)
+}
+
+// ResetEdge resets all changes to the edge with the given name in this mutation.
+// It returns an error if the edge is not defined in the schema.
+func (m *WidgetMutation) ResetEdge(name string) error {
+	switch name {
+	case widget.EdgeBusiness:
+		m.ResetBusiness()
+		return nil
+	}
+	return fmt.Errorf("unknown Widget edge %s", name)
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // The init function reads all schema descriptors with runtime code
@@ -483,6 +484,10 @@ func init() {
 	voucherDescVersion := voucherFields[4].Descriptor()
 	// voucher.DefaultVersion holds the default value on creation for the version field.
 	voucher.DefaultVersion = voucherDescVersion.Default.(int)
+	// voucherDescReference is the schema descriptor for reference field.
+	voucherDescReference := voucherFields[19].Descriptor()
+	// voucher.ReferenceValidator is a validator for the "reference" field. It is called by the builders before save.
+	voucher.ReferenceValidator = voucherDescReference.Validators[0].(func(string) error)
 	// voucherDescID is the schema descriptor for id field.
 	voucherDescID := voucherMixinFields0[0].Descriptor()
 	// voucher.DefaultID holds the default value on creation for the id field.
@@ -631,6 +636,61 @@ func init() {
 	// webhookendpoint.IDValidator is a validator for the "id" field. It is called by the builders before save.
 	webhookendpoint.IDValidator = func() func(string) error {
 		validators := webhookendpointDescID.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(id string) error {
+			for _, fn := range fns {
+				if err := fn(id); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	widgetMixin := schema.Widget{}.Mixin()
+	widgetMixinFields0 := widgetMixin[0].Fields()
+	_ = widgetMixinFields0
+	widgetMixinFields1 := widgetMixin[1].Fields()
+	_ = widgetMixinFields1
+	widgetFields := schema.Widget{}.Fields()
+	_ = widgetFields
+	// widgetDescCreatedAt is the schema descriptor for created_at field.
+	widgetDescCreatedAt := widgetMixinFields1[0].Descriptor()
+	// widget.DefaultCreatedAt holds the default value on creation for the created_at field.
+	widget.DefaultCreatedAt = widgetDescCreatedAt.Default.(func() time.Time)
+	// widgetDescUpdatedAt is the schema descriptor for updated_at field.
+	widgetDescUpdatedAt := widgetMixinFields1[1].Descriptor()
+	// widget.DefaultUpdatedAt holds the default value on creation for the updated_at field.
+	widget.DefaultUpdatedAt = widgetDescUpdatedAt.Default.(func() time.Time)
+	// widget.UpdateDefaultUpdatedAt holds the default value on update for the updated_at field.
+	widget.UpdateDefaultUpdatedAt = widgetDescUpdatedAt.UpdateDefault.(func() time.Time)
+	// widgetDescName is the schema descriptor for name field.
+	widgetDescName := widgetFields[1].Descriptor()
+	// widget.NameValidator is a validator for the "name" field. It is called by the builders before save.
+	widget.NameValidator = func() func(string) error {
+		validators := widgetDescName.Validators
+		fns := [...]func(string) error{
+			validators[0].(func(string) error),
+			validators[1].(func(string) error),
+		}
+		return func(name string) error {
+			for _, fn := range fns {
+				if err := fn(name); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}()
+	// widgetDescID is the schema descriptor for id field.
+	widgetDescID := widgetMixinFields0[0].Descriptor()
+	// widget.DefaultID holds the default value on creation for the id field.
+	widget.DefaultID = widgetDescID.Default.(func() string)
+	// widget.IDValidator is a validator for the "id" field. It is called by the builders before save.
+	widget.IDValidator = func() func(string) error {
+		validators := widgetDescID.Validators
 		fns := [...]func(string) error{
 			validators[0].(func(string) error),
 			validators[1].(func(string) error),

@@ -44,6 +44,8 @@ type Tx struct {
 	WebhookDelivery *WebhookDeliveryClient
 	// WebhookEndpoint is the client for interacting with the WebhookEndpoint builders.
 	WebhookEndpoint *WebhookEndpointClient
+	// Widget is the client for interacting with the Widget builders.
+	Widget *WidgetClient
 
 	// lazily loaded.
 	client     *Client
@@ -190,6 +192,7 @@ func (tx *Tx) init() {
 	tx.VoucherSession = NewVoucherSessionClient(tx.config)
 	tx.WebhookDelivery = NewWebhookDeliveryClient(tx.config)
 	tx.WebhookEndpoint = NewWebhookEndpointClient(tx.config)
+	tx.Widget = NewWidgetClient(tx.config)
 }
 
 // txDriver wraps the given dialect.Tx with a nop dialect.Driver implementation.

@@ -61,6 +61,12 @@ type Voucher struct {
 	Receipts []payment.Receipt `json:"receipts,omitempty"`
 	// DiscardReason holds the value of the "discard_reason" field.
 	DiscardReason *string `json:"discard_reason,omitempty"`
+	// WidgetID holds the value of the "widget_id" field.
+	WidgetID *string `json:"widget_id,omitempty"`
+	// Reference holds the value of the "reference" field.
+	Reference *string `json:"reference,omitempty"`
+	// CheckoutTokenHash holds the value of the "checkout_token_hash" field.
+	CheckoutTokenHash *string `json:"-"`
 	// ExpiresAt holds the value of the "expires_at" field.
 	ExpiresAt time.Time `json:"expires_at,omitempty"`
 	// Settlement holds the value of the "settlement" field.
@@ -115,7 +121,7 @@ func (*Voucher) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case voucher.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldSettlementNetwork:
+		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork:
 			values[i] = new(sql.NullString)
 		case voucher.FieldCreatedAt, voucher.FieldUpdatedAt, voucher.FieldExpiresAt:
 			values[i] = new(sql.NullTime)
@@ -279,6 +285,27 @@ func (_m *Voucher) assignValues(columns []string, values []any) error {
 				_m.DiscardReason = new(string)
 				*_m.DiscardReason = value.String
 			}
+		case voucher.FieldWidgetID:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field widget_id", values[i])
+			} else if value.Valid {
+				_m.WidgetID = new(string)
+				*_m.WidgetID = value.String
+			}
+		case voucher.FieldReference:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field reference", values[i])
+			} else if value.Valid {
+				_m.Reference = new(string)
+				*_m.Reference = value.String
+			}
+		case voucher.FieldCheckoutTokenHash:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field checkout_token_hash", values[i])
+			} else if value.Valid {
+				_m.CheckoutTokenHash = new(string)
+				*_m.CheckoutTokenHash = value.String
+			}
 		case voucher.FieldExpiresAt:
 			if value, ok := values[i].(*sql.NullTime); !ok {
 				return fmt.Errorf("unexpected type %T for field expires_at", values[i])
@@ -415,6 +442,18 @@ func (_m *Voucher) String() string {
 		builder.WriteString("discard_reason=")
 		builder.WriteString(*v)
 	}
+	builder.WriteString(", ")
+	if v := _m.WidgetID; v != nil {
+		builder.WriteString("widget_id=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.Reference; v != nil {
+		builder.WriteString("reference=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("checkout_token_hash=<sensitive>")
 	builder.WriteString(", ")
 	builder.WriteString("expires_at=")
 	builder.WriteString(_m.ExpiresAt.Format(time.ANSIC))

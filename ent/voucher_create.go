@@ -219,6 +219,48 @@ func (_c *VoucherCreate) SetNillableDiscardReason(v *string) *VoucherCreate {
 	return _c
 }
 
+// SetWidgetID sets the "widget_id" field.
+func (_c *VoucherCreate) SetWidgetID(v string) *VoucherCreate {
+	_c.mutation.SetWidgetID(v)
+	return _c
+}
+
+// SetNillableWidgetID sets the "widget_id" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableWidgetID(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetWidgetID(*v)
+	}
+	return _c
+}
+
+// SetReference sets the "reference" field.
+func (_c *VoucherCreate) SetReference(v string) *VoucherCreate {
+	_c.mutation.SetReference(v)
+	return _c
+}
+
+// SetNillableReference sets the "reference" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableReference(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetReference(*v)
+	}
+	return _c
+}
+
+// SetCheckoutTokenHash sets the "checkout_token_hash" field.
+func (_c *VoucherCreate) SetCheckoutTokenHash(v string) *VoucherCreate {
+	_c.mutation.SetCheckoutTokenHash(v)
+	return _c
+}
+
+// SetNillableCheckoutTokenHash sets the "checkout_token_hash" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableCheckoutTokenHash(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetCheckoutTokenHash(*v)
+	}
+	return _c
+}
+
 // SetExpiresAt sets the "expires_at" field.
 func (_c *VoucherCreate) SetExpiresAt(v time.Time) *VoucherCreate {
 	_c.mutation.SetExpiresAt(v)
@@ -372,6 +414,11 @@ func (_c *VoucherCreate) check() error {
 	if _, ok := _c.mutation.PayeeID(); !ok {
 		return &ValidationError{Name: "payee_id", err: errors.New(`ent: missing required field "Voucher.payee_id"`)}
 	}
+	if v, ok := _c.mutation.Reference(); ok {
+		if err := voucher.ReferenceValidator(v); err != nil {
+			return &ValidationError{Name: "reference", err: fmt.Errorf(`ent: validator failed for field "Voucher.reference": %w`, err)}
+		}
+	}
 	if _, ok := _c.mutation.ExpiresAt(); !ok {
 		return &ValidationError{Name: "expires_at", err: errors.New(`ent: missing required field "Voucher.expires_at"`)}
 	}
@@ -490,6 +537,18 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.DiscardReason(); ok {
 		_spec.SetField(voucher.FieldDiscardReason, field.TypeString, value)
 		_node.DiscardReason = &value
+	}
+	if value, ok := _c.mutation.WidgetID(); ok {
+		_spec.SetField(voucher.FieldWidgetID, field.TypeString, value)
+		_node.WidgetID = &value
+	}
+	if value, ok := _c.mutation.Reference(); ok {
+		_spec.SetField(voucher.FieldReference, field.TypeString, value)
+		_node.Reference = &value
+	}
+	if value, ok := _c.mutation.CheckoutTokenHash(); ok {
+		_spec.SetField(voucher.FieldCheckoutTokenHash, field.TypeString, value)
+		_node.CheckoutTokenHash = &value
 	}
 	if value, ok := _c.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)
@@ -911,6 +970,15 @@ func (u *VoucherUpsertOne) UpdateNewValues() *VoucherUpsertOne {
 		}
 		if _, exists := u.create.mutation.BusinessID(); exists {
 			s.SetIgnore(voucher.FieldBusinessID)
+		}
+		if _, exists := u.create.mutation.WidgetID(); exists {
+			s.SetIgnore(voucher.FieldWidgetID)
+		}
+		if _, exists := u.create.mutation.Reference(); exists {
+			s.SetIgnore(voucher.FieldReference)
+		}
+		if _, exists := u.create.mutation.CheckoutTokenHash(); exists {
+			s.SetIgnore(voucher.FieldCheckoutTokenHash)
 		}
 	}))
 	return u
@@ -1479,6 +1547,15 @@ func (u *VoucherUpsertBulk) UpdateNewValues() *VoucherUpsertBulk {
 			}
 			if _, exists := b.mutation.BusinessID(); exists {
 				s.SetIgnore(voucher.FieldBusinessID)
+			}
+			if _, exists := b.mutation.WidgetID(); exists {
+				s.SetIgnore(voucher.FieldWidgetID)
+			}
+			if _, exists := b.mutation.Reference(); exists {
+				s.SetIgnore(voucher.FieldReference)
+			}
+			if _, exists := b.mutation.CheckoutTokenHash(); exists {
+				s.SetIgnore(voucher.FieldCheckoutTokenHash)
 			}
 		}
 	}))

@@ -498,6 +498,15 @@ func (_u *VoucherUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.DiscardReasonCleared() {
 		_spec.ClearField(voucher.FieldDiscardReason, field.TypeString)
 	}
+	if _u.mutation.WidgetIDCleared() {
+		_spec.ClearField(voucher.FieldWidgetID, field.TypeString)
+	}
+	if _u.mutation.ReferenceCleared() {
+		_spec.ClearField(voucher.FieldReference, field.TypeString)
+	}
+	if _u.mutation.CheckoutTokenHashCleared() {
+		_spec.ClearField(voucher.FieldCheckoutTokenHash, field.TypeString)
+	}
 	if value, ok := _u.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)
 	}
@@ -1030,6 +1039,15 @@ func (_u *VoucherUpdateOne) sqlSave(ctx context.Context) (_node *Voucher, err er
 	}
 	if _u.mutation.DiscardReasonCleared() {
 		_spec.ClearField(voucher.FieldDiscardReason, field.TypeString)
+	}
+	if _u.mutation.WidgetIDCleared() {
+		_spec.ClearField(voucher.FieldWidgetID, field.TypeString)
+	}
+	if _u.mutation.ReferenceCleared() {
+		_spec.ClearField(voucher.FieldReference, field.TypeString)
+	}
+	if _u.mutation.CheckoutTokenHashCleared() {
+		_spec.ClearField(voucher.FieldCheckoutTokenHash, field.TypeString)
 	}
 	if value, ok := _u.mutation.ExpiresAt(); ok {
 		_spec.SetField(voucher.FieldExpiresAt, field.TypeTime, value)

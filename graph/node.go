@@ -25,6 +25,13 @@ func (r *Resolver) nodeLoaders() map[string]func(context.Context, string) (ent.N
 		ids.WebhookEndpoint: func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.EndpointByID(ctx, id) },
 		ids.Delivery:        func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.DeliveryByID(ctx, id) },
 		ids.Event:           func(ctx context.Context, id string) (ent.Noder, error) { return r.Webhooks.EventByID(ctx, id) },
+		ids.Widget: func(ctx context.Context, id string) (ent.Noder, error) {
+			w, err := r.Widgets.Node(ctx, id)
+			if w == nil || err != nil {
+				return nil, err
+			}
+			return w, nil
+		},
 	}
 }
 

@@ -20,6 +20,7 @@ var nodePrefixes = map[string]string{
 	"DeliveryAttempt": ids.DeliveryAttempt,
 	"User":            ids.User,
 	"Device":          ids.Device,
+	"Widget":          ids.Widget,
 }
 
 // notRefetchable are Node types node(id:) deliberately answers null for,

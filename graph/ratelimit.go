@@ -83,6 +83,7 @@ var nodeReads = map[string]*operation.Op{
 	ids.BusinessUser:    operation.ListBusinessUsers,
 	ids.WebhookEndpoint: operation.GetEndpoint,
 	ids.Delivery:        operation.GetDelivery,
+	ids.Widget:          operation.GetWidget,
 	// Events have no REST read of their own; they reach REST inside
 	// deliveries, so they cost a delivery read.
 	ids.Event: operation.GetDelivery,

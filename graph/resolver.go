@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/internal/widget"
 )
 
 //go:generate go run github.com/99designs/gqlgen generate --config ../gqlgen.yml
@@ -29,6 +30,8 @@ type Resolver struct {
 	Vouchers *voucher.Service
 	// Finance serves the token registry and rates.
 	Finance *finance.Service
+	// Widgets owns widgets (the business's widget writes).
+	Widgets *widget.Service
 	// Hub fans voucher changes out to voucherUpdated subscribers.
 	Hub *pubsub.Hub
 }

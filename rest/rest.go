@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/internal/widget"
 )
 
 // Services are the domain services the routes call.
@@ -34,6 +35,8 @@ type Services struct {
 	// Vouchers serves the voucher lifecycle; Finance the finance reads.
 	Vouchers *voucher.Service
 	Finance  *finance.Service
+	// Widgets serves the widget routes and the checkout capability.
+	Widgets *widget.Service
 }
 
 // Limiter spends one unit of a rate-limit group's budget for the request's
@@ -109,6 +112,7 @@ func (s *server) routes() {
 	s.voucherRoutes()
 
 	s.route(operation.OpenAPI, s.openAPI)
+	s.widgetRoutes()
 }
 
 // route serves op's REST pattern (and its aliases) with h. Before h reads

@@ -41,6 +41,8 @@ func guardName(g auth.Guard) string {
 		return "registered"
 	case auth.GuardUser:
 		return "user"
+	case auth.GuardWidgetClient:
+		return "widget-client"
 	}
 	panic("rest: guard " + g.String() + " has no name in the OpenAPI route table")
 }

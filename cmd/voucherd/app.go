@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/voucherd/voucherd/checkoutpage"
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph"
 	"github.com/voucherd/voucherd/internal/auth"
@@ -43,6 +44,7 @@ import (
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
+	"github.com/voucherd/voucherd/internal/widget"
 	"github.com/voucherd/voucherd/rest"
 )
 
@@ -72,6 +74,10 @@ type App struct {
 	// from their HTTP requests, which the HTTP server's shutdown ends).
 	sockets      context.Context
 	closeSockets context.CancelFunc
+	// draining ends with BeginShutdown: the checkout pages' event streams
+	// (long-lived HTTP responses the server's Shutdown would wait for).
+	draining    context.Context
+	endDraining context.CancelFunc
 	// graphql is the GraphQL door; Shutdown waits for its websockets'
 	// close frames.
 	graphql *graph.Handler
@@ -96,6 +102,8 @@ type App struct {
 	// watcher polls them.
 	Chains   map[string]settlement.Chain
 	networks *networks.Set
+	// Widgets manages widgets, their public operations and checkouts.
+	Widgets *widget.Service
 
 	// metrics are the series the services feed through their hooks.
 	metrics struct {
@@ -197,6 +205,12 @@ func (a *App) build(ctx context.Context) error {
 	if err := a.buildVouchers(ctx); err != nil {
 		return err
 	}
+	a.Widgets, err = widget.NewService(db, widget.Options{
+		Vouchers: a.Vouchers, Finance: a.Finance, PublicURL: cfg.PublicURL, Log: a.Log,
+	})
+	if err != nil {
+		return err
+	}
 
 	a.Idempotency = idempotency.New(db, a.Box, idempotency.Options{Log: a.Log})
 
@@ -217,6 +231,7 @@ func (a *App) build(ctx context.Context) error {
 		Webhooks:   a.Webhooks,
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
+		Widgets:    a.Widgets,
 		Hub:        a.Hub,
 	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
 	reg.MustRegister(metrics.Websockets(a.graphql.Websockets))
@@ -229,7 +244,9 @@ func (a *App) build(ctx context.Context) error {
 		Webhooks:   a.Webhooks,
 		Vouchers:   a.Vouchers,
 		Finance:    a.Finance,
+		Widgets:    a.Widgets,
 	}, rest.Options{Log: a.Log, Limiter: limits, Idempotency: a.Idempotency, ClientAddr: limits.ClientAddr})
+	checkoutpage.Register(mux, checkoutpage.Options{Widgets: a.Widgets, Hub: a.Hub, Done: a.draining, Log: a.Log})
 	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {
 		mux.Handle("GET /graphiql", a.graphql)
@@ -442,8 +459,18 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	return err
 }
 
+// BeginShutdown ends the long-lived HTTP responses (checkout event
+// streams), so that http.Server.Shutdown can drain; register it with
+// RegisterOnShutdown.
+func (a *App) BeginShutdown() {
+	if a.endDraining != nil {
+		a.endDraining()
+	}
+}
+
 // Shutdown stops the background workers and closes storage.
 func (a *App) Shutdown(ctx context.Context) error {
+	a.BeginShutdown()
 	if a.graphql != nil {
 		if err := a.graphql.Shutdown(ctx); err != nil {
 			a.Log.Warn("graphql websockets did not all close in time", "err", err.Error())
@@ -479,6 +506,7 @@ func (a *App) Shutdown(ctx context.Context) error {
 // other replicas come and go (alone, it sends nothing).
 func (a *App) buildPubsub(ctx context.Context) error {
 	a.sockets, a.closeSockets = context.WithCancel(context.Background())
+	a.draining, a.endDraining = context.WithCancel(context.Background())
 	a.Hub = pubsub.NewHub(pubsub.EntLoader{Client: a.DB.Client}, pubsub.Options{Log: a.Log, Prepare: voucher.ReadModel(time.Now)})
 	if !a.DB.IsPostgres() {
 		return nil

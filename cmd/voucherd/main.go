@@ -68,6 +68,7 @@ func run() error {
 		MaxHeaderBytes:    64 << 10,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
+	srv.RegisterOnShutdown(a.BeginShutdown)
 	a.Start(ctx)
 	if pprofLn != nil {
 		servePprof(ctx, pprofLn, log)

@@ -29,6 +29,8 @@ const (
 	EdgeMembers = "members"
 	// EdgeWebhookEndpoints holds the string denoting the webhook_endpoints edge name in mutations.
 	EdgeWebhookEndpoints = "webhook_endpoints"
+	// EdgeWidgets holds the string denoting the widgets edge name in mutations.
+	EdgeWidgets = "widgets"
 	// EdgeVouchers holds the string denoting the vouchers edge name in mutations.
 	EdgeVouchers = "vouchers"
 	// Table holds the table name of the business in the database.
@@ -47,6 +49,13 @@ const (
 	WebhookEndpointsInverseTable = "webhook_endpoints"
 	// WebhookEndpointsColumn is the table column denoting the webhook_endpoints relation/edge.
 	WebhookEndpointsColumn = "business_id"
+	// WidgetsTable is the table that holds the widgets relation/edge.
+	WidgetsTable = "widgets"
+	// WidgetsInverseTable is the table name for the Widget entity.
+	// It exists in this package in order to avoid circular dependency with the "widget" package.
+	WidgetsInverseTable = "widgets"
+	// WidgetsColumn is the table column denoting the widgets relation/edge.
+	WidgetsColumn = "business_id"
 	// VouchersTable is the table that holds the vouchers relation/edge.
 	VouchersTable = "vouchers"
 	// VouchersInverseTable is the table name for the Voucher entity.
@@ -172,6 +181,20 @@ func ByWebhookEndpoints(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption 
 	}
 }
 
+// ByWidgetsCount orders the results by widgets count.
+func ByWidgetsCount(opts ...sql.OrderTermOption) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborsCount(s, newWidgetsStep(), opts...)
+	}
+}
+
+// ByWidgets orders the results by widgets terms.
+func ByWidgets(term sql.OrderTerm, terms ...sql.OrderTerm) OrderOption {
+	return func(s *sql.Selector) {
+		sqlgraph.OrderByNeighborTerms(s, newWidgetsStep(), append([]sql.OrderTerm{term}, terms...)...)
+	}
+}
+
 // ByVouchersCount orders the results by vouchers count.
 func ByVouchersCount(opts ...sql.OrderTermOption) OrderOption {
 	return func(s *sql.Selector) {
@@ -197,6 +220,13 @@ func newWebhookEndpointsStep() *sqlgraph.Step {
 		sqlgraph.From(Table, FieldID),
 		sqlgraph.To(WebhookEndpointsInverseTable, FieldID),
 		sqlgraph.Edge(sqlgraph.O2M, false, WebhookEndpointsTable, WebhookEndpointsColumn),
+	)
+}
+func newWidgetsStep() *sqlgraph.Step {
+	return sqlgraph.NewStep(
+		sqlgraph.From(Table, FieldID),
+		sqlgraph.To(WidgetsInverseTable, FieldID),
+		sqlgraph.Edge(sqlgraph.O2M, false, WidgetsTable, WidgetsColumn),
 	)
 }
 func newVouchersStep() *sqlgraph.Step {

@@ -291,6 +291,29 @@ func HasWebhookEndpointsWith(preds ...predicate.WebhookEndpoint) predicate.Busin
 	})
 }
 
+// HasWidgets applies the HasEdge predicate on the "widgets" edge.
+func HasWidgets() predicate.Business {
+	return predicate.Business(func(s *sql.Selector) {
+		step := sqlgraph.NewStep(
+			sqlgraph.From(Table, FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, WidgetsTable, WidgetsColumn),
+		)
+		sqlgraph.HasNeighbors(s, step)
+	})
+}
+
+// HasWidgetsWith applies the HasEdge predicate on the "widgets" edge with a given conditions (other predicates).
+func HasWidgetsWith(preds ...predicate.Widget) predicate.Business {
+	return predicate.Business(func(s *sql.Selector) {
+		step := newWidgetsStep()
+		sqlgraph.HasNeighborsWith(s, step, func(s *sql.Selector) {
+			for _, p := range preds {
+				p(s)
+			}
+		})
+	})
+}
+
 // HasVouchers applies the HasEdge predicate on the "vouchers" edge.
 func HasVouchers() predicate.Business {
 	return predicate.Business(func(s *sql.Selector) {

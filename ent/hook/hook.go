@@ -189,6 +189,18 @@ func (f WebhookEndpointFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Va
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.WebhookEndpointMutation", m)
 }
 
+// The WidgetFunc type is an adapter to allow the use of ordinary
+// function as Widget mutator.
+type WidgetFunc func(context.Context, *ent.WidgetMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f WidgetFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.WidgetMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.WidgetMutation", m)
+}
+
 // Condition is a hook condition function.
 type Condition func(context.Context, ent.Mutation) bool
 

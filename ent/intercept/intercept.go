@@ -24,6 +24,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
+	"github.com/voucherd/voucherd/ent/widget"
 )
 
 // The Query interface represents an operation that queries a graph.
@@ -487,6 +488,33 @@ func (f TraverseWebhookEndpoint) Traverse(ctx context.Context, q ent.Query) erro
 	return fmt.Errorf("unexpected query type %T. expect *ent.WebhookEndpointQuery", q)
 }
 
+// The WidgetFunc type is an adapter to allow the use of ordinary function as a Querier.
+type WidgetFunc func(context.Context, *ent.WidgetQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f WidgetFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.WidgetQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.WidgetQuery", q)
+}
+
+// The TraverseWidget type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseWidget func(context.Context, *ent.WidgetQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseWidget) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseWidget) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.WidgetQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.WidgetQuery", q)
+}
+
 // NewQuery returns the generic Query interface for the given typed query.
 func NewQuery(q ent.Query) (Query, error) {
 	switch q := q.(type) {
@@ -520,6 +548,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.WebhookDeliveryQuery, predicate.WebhookDelivery, webhookdelivery.OrderOption]{typ: ent.TypeWebhookDelivery, tq: q}, nil
 	case *ent.WebhookEndpointQuery:
 		return &query[*ent.WebhookEndpointQuery, predicate.WebhookEndpoint, webhookendpoint.OrderOption]{typ: ent.TypeWebhookEndpoint, tq: q}, nil
+	case *ent.WidgetQuery:
+		return &query[*ent.WidgetQuery, predicate.Widget, widget.OrderOption]{typ: ent.TypeWidget, tq: q}, nil
 	default:
 		return nil, fmt.Errorf("unknown query type %T", q)
 	}

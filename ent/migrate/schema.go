@@ -278,6 +278,9 @@ var (
 		{Name: "payee_info", Type: field.TypeJSON, Nullable: true},
 		{Name: "receipts", Type: field.TypeJSON, Nullable: true},
 		{Name: "discard_reason", Type: field.TypeString, Nullable: true},
+		{Name: "widget_id", Type: field.TypeString, Nullable: true},
+		{Name: "reference", Type: field.TypeString, Nullable: true, Size: 512},
+		{Name: "checkout_token_hash", Type: field.TypeString, Unique: true, Nullable: true},
 		{Name: "expires_at", Type: field.TypeTime},
 		{Name: "settlement", Type: field.TypeJSON, Nullable: true},
 		{Name: "settlement_network", Type: field.TypeString, Nullable: true},
@@ -292,13 +295,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "vouchers_businesses_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[22]},
+				Columns:    []*schema.Column{VouchersColumns[25]},
 				RefColumns: []*schema.Column{BusinessesColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
 			{
 				Symbol:     "vouchers_voucher_sessions_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[23]},
+				Columns:    []*schema.Column{VouchersColumns[26]},
 				RefColumns: []*schema.Column{VoucherSessionsColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -312,7 +315,7 @@ var (
 			{
 				Name:    "voucher_session_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[23], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[26], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_payer_id_created_at",
@@ -327,17 +330,17 @@ var (
 			{
 				Name:    "voucher_business_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[22], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[25], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_status_expires_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[5], VouchersColumns[19]},
+				Columns: []*schema.Column{VouchersColumns[5], VouchersColumns[22]},
 			},
 			{
 				Name:    "voucher_settlement_network",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[21]},
+				Columns: []*schema.Column{VouchersColumns[24]},
 			},
 		},
 	}
@@ -471,6 +474,40 @@ var (
 			},
 		},
 	}
+	// WidgetsColumns holds the columns for the "widgets" table.
+	WidgetsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeString, Size: 64},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "updated_at", Type: field.TypeTime},
+		{Name: "name", Type: field.TypeString, Size: 512},
+		{Name: "status", Type: field.TypeEnum, Enums: []string{"ACTIVE", "INACTIVE"}, Default: "ACTIVE"},
+		{Name: "accepts", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "text"}},
+		{Name: "wallets", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "text"}},
+		{Name: "secret_hash", Type: field.TypeString, Unique: true},
+		{Name: "session_id", Type: field.TypeString},
+		{Name: "business_id", Type: field.TypeString, Size: 64},
+	}
+	// WidgetsTable holds the schema information for the "widgets" table.
+	WidgetsTable = &schema.Table{
+		Name:       "widgets",
+		Columns:    WidgetsColumns,
+		PrimaryKey: []*schema.Column{WidgetsColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "widgets_businesses_widgets",
+				Columns:    []*schema.Column{WidgetsColumns[9]},
+				RefColumns: []*schema.Column{BusinessesColumns[0]},
+				OnDelete:   schema.NoAction,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "widget_business_id_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{WidgetsColumns[9], WidgetsColumns[1]},
+			},
+		},
+	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
 		BusinessesTable,
@@ -488,6 +525,7 @@ var (
 		VoucherSessionsTable,
 		WebhookDeliveriesTable,
 		WebhookEndpointsTable,
+		WidgetsTable,
 	}
 )
 
@@ -500,4 +538,5 @@ func init() {
 	WebhookDeliveriesTable.ForeignKeys[0].RefTable = EventsTable
 	WebhookDeliveriesTable.ForeignKeys[1].RefTable = WebhookEndpointsTable
 	WebhookEndpointsTable.ForeignKeys[0].RefTable = BusinessesTable
+	WidgetsTable.ForeignKeys[0].RefTable = BusinessesTable
 }

@@ -50,3 +50,6 @@ type WebhookDelivery func(*sql.Selector)
 
 // WebhookEndpoint is the predicate function for webhookendpoint builders.
 type WebhookEndpoint func(*sql.Selector)
+
+// Widget is the predicate function for widget builders.
+type Widget func(*sql.Selector)

@@ -32,6 +32,7 @@ func (Business) Edges() []ent.Edge {
 		// so the business service checks membership on every path to it.
 		edge.To("members", BusinessUser.Type).Annotations(entgql.RelayConnection(), forceResolver()),
 		edge.To("webhook_endpoints", WebhookEndpoint.Type).Annotations(entgql.RelayConnection()),
+		edge.To("widgets", Widget.Type).Annotations(entgql.RelayConnection()),
 		edge.To("vouchers", Voucher.Type).Annotations(entgql.Skip()),
 	}
 }

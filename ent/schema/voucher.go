@@ -97,6 +97,13 @@ func (Voucher) Fields() []ent.Field {
 		field.JSON("receipts", []payment.Receipt{}).Optional().
 			Annotations(entgql.Type("[Receipt!]"), entgql.Skip(entgql.SkipWhereInput)),
 		field.String("discard_reason").Optional().Nillable(),
+		// A checkout (internal/widget) is a business voucher made by a
+		// widget: widget_id names it, reference is the merchant's order id,
+		// and checkout_token_hash (SHA-256, hex) is the hash of the
+		// capability its hosted page and the customer hold.
+		field.String("widget_id").Optional().Nillable().Immutable().Annotations(entgql.MapsTo("widgetId")),
+		field.String("reference").Optional().Nillable().Immutable().MaxLen(4 * 128),
+		field.String("checkout_token_hash").Optional().Nillable().Immutable().Unique().Sensitive().Annotations(entgql.Skip()),
 		field.Time("expires_at").Annotations(entgql.OrderField("EXPIRES_AT")),
 		// settlement is what the chain showed about the payment of a
 		// resolved voucher (internal/settlement moves it); NULL before

@@ -57,6 +57,12 @@ const (
 	FieldReceipts = "receipts"
 	// FieldDiscardReason holds the string denoting the discard_reason field in the database.
 	FieldDiscardReason = "discard_reason"
+	// FieldWidgetID holds the string denoting the widget_id field in the database.
+	FieldWidgetID = "widget_id"
+	// FieldReference holds the string denoting the reference field in the database.
+	FieldReference = "reference"
+	// FieldCheckoutTokenHash holds the string denoting the checkout_token_hash field in the database.
+	FieldCheckoutTokenHash = "checkout_token_hash"
 	// FieldExpiresAt holds the string denoting the expires_at field in the database.
 	FieldExpiresAt = "expires_at"
 	// FieldSettlement holds the string denoting the settlement field in the database.
@@ -108,6 +114,9 @@ var Columns = []string{
 	FieldPayeeInfo,
 	FieldReceipts,
 	FieldDiscardReason,
+	FieldWidgetID,
+	FieldReference,
+	FieldCheckoutTokenHash,
 	FieldExpiresAt,
 	FieldSettlement,
 	FieldSettlementNetwork,
@@ -136,6 +145,8 @@ var (
 	LiveCodeValidator func(string) error
 	// DefaultVersion holds the default value on creation for the "version" field.
 	DefaultVersion int
+	// ReferenceValidator is a validator for the "reference" field. It is called by the builders before save.
+	ReferenceValidator func(string) error
 	// DefaultID holds the default value on creation for the "id" field.
 	DefaultID func() string
 	// IDValidator is a validator for the "id" field. It is called by the builders before save.
@@ -264,6 +275,21 @@ func ByExchangeRate(opts ...sql.OrderTermOption) OrderOption {
 // ByDiscardReason orders the results by the discard_reason field.
 func ByDiscardReason(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldDiscardReason, opts...).ToFunc()
+}
+
+// ByWidgetID orders the results by the widget_id field.
+func ByWidgetID(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWidgetID, opts...).ToFunc()
+}
+
+// ByReference orders the results by the reference field.
+func ByReference(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldReference, opts...).ToFunc()
+}
+
+// ByCheckoutTokenHash orders the results by the checkout_token_hash field.
+func ByCheckoutTokenHash(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldCheckoutTokenHash, opts...).ToFunc()
 }
 
 // ByExpiresAt orders the results by the expires_at field.

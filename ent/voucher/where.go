@@ -120,6 +120,21 @@ func DiscardReason(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldDiscardReason, v))
 }
 
+// WidgetID applies equality check predicate on the "widget_id" field. It's identical to WidgetIDEQ.
+func WidgetID(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldWidgetID, v))
+}
+
+// Reference applies equality check predicate on the "reference" field. It's identical to ReferenceEQ.
+func Reference(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldReference, v))
+}
+
+// CheckoutTokenHash applies equality check predicate on the "checkout_token_hash" field. It's identical to CheckoutTokenHashEQ.
+func CheckoutTokenHash(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldCheckoutTokenHash, v))
+}
+
 // ExpiresAt applies equality check predicate on the "expires_at" field. It's identical to ExpiresAtEQ.
 func ExpiresAt(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldExpiresAt, v))
@@ -928,6 +943,231 @@ func DiscardReasonEqualFold(v string) predicate.Voucher {
 // DiscardReasonContainsFold applies the ContainsFold predicate on the "discard_reason" field.
 func DiscardReasonContainsFold(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldContainsFold(FieldDiscardReason, v))
+}
+
+// WidgetIDEQ applies the EQ predicate on the "widget_id" field.
+func WidgetIDEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldWidgetID, v))
+}
+
+// WidgetIDNEQ applies the NEQ predicate on the "widget_id" field.
+func WidgetIDNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldWidgetID, v))
+}
+
+// WidgetIDIn applies the In predicate on the "widget_id" field.
+func WidgetIDIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldWidgetID, vs...))
+}
+
+// WidgetIDNotIn applies the NotIn predicate on the "widget_id" field.
+func WidgetIDNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldWidgetID, vs...))
+}
+
+// WidgetIDGT applies the GT predicate on the "widget_id" field.
+func WidgetIDGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldWidgetID, v))
+}
+
+// WidgetIDGTE applies the GTE predicate on the "widget_id" field.
+func WidgetIDGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldWidgetID, v))
+}
+
+// WidgetIDLT applies the LT predicate on the "widget_id" field.
+func WidgetIDLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldWidgetID, v))
+}
+
+// WidgetIDLTE applies the LTE predicate on the "widget_id" field.
+func WidgetIDLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldWidgetID, v))
+}
+
+// WidgetIDContains applies the Contains predicate on the "widget_id" field.
+func WidgetIDContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldWidgetID, v))
+}
+
+// WidgetIDHasPrefix applies the HasPrefix predicate on the "widget_id" field.
+func WidgetIDHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldWidgetID, v))
+}
+
+// WidgetIDHasSuffix applies the HasSuffix predicate on the "widget_id" field.
+func WidgetIDHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldWidgetID, v))
+}
+
+// WidgetIDIsNil applies the IsNil predicate on the "widget_id" field.
+func WidgetIDIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldWidgetID))
+}
+
+// WidgetIDNotNil applies the NotNil predicate on the "widget_id" field.
+func WidgetIDNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldWidgetID))
+}
+
+// WidgetIDEqualFold applies the EqualFold predicate on the "widget_id" field.
+func WidgetIDEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldWidgetID, v))
+}
+
+// WidgetIDContainsFold applies the ContainsFold predicate on the "widget_id" field.
+func WidgetIDContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldWidgetID, v))
+}
+
+// ReferenceEQ applies the EQ predicate on the "reference" field.
+func ReferenceEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldReference, v))
+}
+
+// ReferenceNEQ applies the NEQ predicate on the "reference" field.
+func ReferenceNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldReference, v))
+}
+
+// ReferenceIn applies the In predicate on the "reference" field.
+func ReferenceIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldReference, vs...))
+}
+
+// ReferenceNotIn applies the NotIn predicate on the "reference" field.
+func ReferenceNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldReference, vs...))
+}
+
+// ReferenceGT applies the GT predicate on the "reference" field.
+func ReferenceGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldReference, v))
+}
+
+// ReferenceGTE applies the GTE predicate on the "reference" field.
+func ReferenceGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldReference, v))
+}
+
+// ReferenceLT applies the LT predicate on the "reference" field.
+func ReferenceLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldReference, v))
+}
+
+// ReferenceLTE applies the LTE predicate on the "reference" field.
+func ReferenceLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldReference, v))
+}
+
+// ReferenceContains applies the Contains predicate on the "reference" field.
+func ReferenceContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldReference, v))
+}
+
+// ReferenceHasPrefix applies the HasPrefix predicate on the "reference" field.
+func ReferenceHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldReference, v))
+}
+
+// ReferenceHasSuffix applies the HasSuffix predicate on the "reference" field.
+func ReferenceHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldReference, v))
+}
+
+// ReferenceIsNil applies the IsNil predicate on the "reference" field.
+func ReferenceIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldReference))
+}
+
+// ReferenceNotNil applies the NotNil predicate on the "reference" field.
+func ReferenceNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldReference))
+}
+
+// ReferenceEqualFold applies the EqualFold predicate on the "reference" field.
+func ReferenceEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldReference, v))
+}
+
+// ReferenceContainsFold applies the ContainsFold predicate on the "reference" field.
+func ReferenceContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldReference, v))
+}
+
+// CheckoutTokenHashEQ applies the EQ predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashNEQ applies the NEQ predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashIn applies the In predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldCheckoutTokenHash, vs...))
+}
+
+// CheckoutTokenHashNotIn applies the NotIn predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldCheckoutTokenHash, vs...))
+}
+
+// CheckoutTokenHashGT applies the GT predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashGTE applies the GTE predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashLT applies the LT predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashLTE applies the LTE predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashContains applies the Contains predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashHasPrefix applies the HasPrefix predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashHasSuffix applies the HasSuffix predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashIsNil applies the IsNil predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldCheckoutTokenHash))
+}
+
+// CheckoutTokenHashNotNil applies the NotNil predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldCheckoutTokenHash))
+}
+
+// CheckoutTokenHashEqualFold applies the EqualFold predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldCheckoutTokenHash, v))
+}
+
+// CheckoutTokenHashContainsFold applies the ContainsFold predicate on the "checkout_token_hash" field.
+func CheckoutTokenHashContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldCheckoutTokenHash, v))
 }
 
 // ExpiresAtEQ applies the EQ predicate on the "expires_at" field.

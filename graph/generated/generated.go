@@ -24,6 +24,7 @@ import (
 	voucher1 "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
+	widget1 "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/graph/scalars"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/business"
@@ -32,6 +33,7 @@ import (
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/internal/widget"
 )
 
 // region    ************************** generated!.gotpl **************************
@@ -84,6 +86,7 @@ type ComplexityRoot struct {
 		Status           func(childComplexity int) int
 		UpdatedAt        func(childComplexity int) int
 		WebhookEndpoints func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.WebhookEndpointOrder) int
+		Widgets          func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.WidgetOrder) int
 	}
 
 	BusinessConnection struct {
@@ -172,7 +175,9 @@ type ComplexityRoot struct {
 		CreateBusiness           func(childComplexity int, input business.CreateInput) int
 		CreateEndpoint           func(childComplexity int, businessID string, input webhook.CreateEndpointInput) int
 		CreateSession            func(childComplexity int) int
+		CreateWidget             func(childComplexity int, businessID string, input widget.CreateInput) int
 		DeleteEndpoint           func(childComplexity int, businessID string, id string) int
+		DeleteWidget             func(childComplexity int, businessID string, id string) int
 		DiscardVoucher           func(childComplexity int, id string) int
 		InteropInit              func(childComplexity int, id string, input voucher.InteropInitInput) int
 		NegotiateVoucher         func(childComplexity int, id string, input voucher.NegotiateInput) int
@@ -181,12 +186,14 @@ type ComplexityRoot struct {
 		ResolveVoucher           func(childComplexity int, id string, input voucher.ResolveInput) int
 		RetryDelivery            func(childComplexity int, businessID string, id string) int
 		RotateSecret             func(childComplexity int, businessID string, id string) int
+		RotateWidgetSecret       func(childComplexity int, businessID string, id string) int
 		SignIn                   func(childComplexity int, input identity.Credentials) int
 		SignUp                   func(childComplexity int, input identity.Credentials) int
 		UpdateBusiness           func(childComplexity int, id string, input business.UpdateInput) int
 		UpdateBusinessStatus     func(childComplexity int, id string, input business.StatusInput) int
 		UpdateBusinessUserStatus func(childComplexity int, businessID string, id string, input business.UserStatusInput) int
 		UpdateEndpoint           func(childComplexity int, businessID string, id string, input webhook.UpdateEndpointInput) int
+		UpdateWidget             func(childComplexity int, businessID string, id string, input widget.UpdateInput) int
 	}
 
 	Network struct {
@@ -296,6 +303,7 @@ type ComplexityRoot struct {
 		PayeeInfo       func(childComplexity int) int
 		Payments        func(childComplexity int) int
 		Receipts        func(childComplexity int) int
+		Reference       func(childComplexity int) int
 		SessionID       func(childComplexity int) int
 		Settlement      func(childComplexity int) int
 		Status          func(childComplexity int) int
@@ -303,6 +311,7 @@ type ComplexityRoot struct {
 		Type            func(childComplexity int) int
 		UpdatedAt       func(childComplexity int) int
 		Version         func(childComplexity int) int
+		WidgetID        func(childComplexity int) int
 	}
 
 	VoucherConnection struct {
@@ -397,6 +406,50 @@ type ComplexityRoot struct {
 		SigningSecret func(childComplexity int) int
 		URL           func(childComplexity int) int
 	}
+
+	Widget struct {
+		Accepts    func(childComplexity int) int
+		BusinessID func(childComplexity int) int
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Status     func(childComplexity int) int
+		UpdatedAt  func(childComplexity int) int
+		Wallets    func(childComplexity int) int
+	}
+
+	WidgetAccept struct {
+		Currency func(childComplexity int) int
+		Network  func(childComplexity int) int
+	}
+
+	WidgetConnection struct {
+		Edges      func(childComplexity int) int
+		PageInfo   func(childComplexity int) int
+		TotalCount func(childComplexity int) int
+	}
+
+	WidgetEdge struct {
+		Cursor func(childComplexity int) int
+		Node   func(childComplexity int) int
+	}
+
+	WidgetWallet struct {
+		Address func(childComplexity int) int
+		Network func(childComplexity int) int
+	}
+
+	WidgetWithSecret struct {
+		Accepts      func(childComplexity int) int
+		BusinessID   func(childComplexity int) int
+		ClientSecret func(childComplexity int) int
+		CreatedAt    func(childComplexity int) int
+		ID           func(childComplexity int) int
+		Name         func(childComplexity int) int
+		Status       func(childComplexity int) int
+		UpdatedAt    func(childComplexity int) int
+		Wallets      func(childComplexity int) int
+	}
 }
 
 type BusinessResolver interface {
@@ -426,6 +479,10 @@ type MutationResolver interface {
 	DeleteEndpoint(ctx context.Context, businessID string, id string) (string, error)
 	RotateSecret(ctx context.Context, businessID string, id string) (*webhook.Endpoint, error)
 	RetryDelivery(ctx context.Context, businessID string, id string) (*ent.WebhookDelivery, error)
+	CreateWidget(ctx context.Context, businessID string, input widget.CreateInput) (*widget.Widget, error)
+	UpdateWidget(ctx context.Context, businessID string, id string, input widget.UpdateInput) (*ent.Widget, error)
+	RotateWidgetSecret(ctx context.Context, businessID string, id string) (*widget.Widget, error)
+	DeleteWidget(ctx context.Context, businessID string, id string) (string, error)
 }
 type QueryResolver interface {
 	Node(ctx context.Context, id string) (ent.Noder, error)
@@ -573,6 +630,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Business.WebhookEndpoints(childComplexity, args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int), args["orderBy"].(*ent.WebhookEndpointOrder)), true
+	case "Business.widgets":
+		if e.ComplexityRoot.Business.Widgets == nil {
+			break
+		}
+
+		args, err := ec.field_Business_widgets_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Business.Widgets(childComplexity, args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int), args["orderBy"].(*ent.WidgetOrder)), true
 
 	case "BusinessConnection.edges":
 		if e.ComplexityRoot.BusinessConnection.Edges == nil {
@@ -917,6 +985,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CreateSession(childComplexity), true
+	case "Mutation.createWidget":
+		if e.ComplexityRoot.Mutation.CreateWidget == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createWidget_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateWidget(childComplexity, args["businessId"].(string), args["input"].(widget.CreateInput)), true
 	case "Mutation.deleteEndpoint":
 		if e.ComplexityRoot.Mutation.DeleteEndpoint == nil {
 			break
@@ -928,6 +1007,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.DeleteEndpoint(childComplexity, args["businessId"].(string), args["id"].(string)), true
+	case "Mutation.deleteWidget":
+		if e.ComplexityRoot.Mutation.DeleteWidget == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_deleteWidget_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.DeleteWidget(childComplexity, args["businessId"].(string), args["id"].(string)), true
 	case "Mutation.discardVoucher":
 		if e.ComplexityRoot.Mutation.DiscardVoucher == nil {
 			break
@@ -1016,6 +1106,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RotateSecret(childComplexity, args["businessId"].(string), args["id"].(string)), true
+	case "Mutation.rotateWidgetSecret":
+		if e.ComplexityRoot.Mutation.RotateWidgetSecret == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_rotateWidgetSecret_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RotateWidgetSecret(childComplexity, args["businessId"].(string), args["id"].(string)), true
 	case "Mutation.signIn":
 		if e.ComplexityRoot.Mutation.SignIn == nil {
 			break
@@ -1082,6 +1183,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.UpdateEndpoint(childComplexity, args["businessId"].(string), args["id"].(string), args["input"].(webhook.UpdateEndpointInput)), true
+	case "Mutation.updateWidget":
+		if e.ComplexityRoot.Mutation.UpdateWidget == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_updateWidget_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.UpdateWidget(childComplexity, args["businessId"].(string), args["id"].(string), args["input"].(widget.UpdateInput)), true
 
 	case "Network.chainId":
 		if e.ComplexityRoot.Network.ChainID == nil {
@@ -1571,6 +1683,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Voucher.Receipts(childComplexity), true
+	case "Voucher.reference":
+		if e.ComplexityRoot.Voucher.Reference == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Voucher.Reference(childComplexity), true
 	case "Voucher.sessionId":
 		if e.ComplexityRoot.Voucher.SessionID == nil {
 			break
@@ -1613,6 +1731,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Voucher.Version(childComplexity), true
+	case "Voucher.widgetId":
+		if e.ComplexityRoot.Voucher.WidgetID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Voucher.WidgetID(childComplexity), true
 
 	case "VoucherConnection.edges":
 		if e.ComplexityRoot.VoucherConnection.Edges == nil {
@@ -1951,6 +2075,168 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.WebhookEndpointWithSecret.URL(childComplexity), true
 
+	case "Widget.accepts":
+		if e.ComplexityRoot.Widget.Accepts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.Accepts(childComplexity), true
+	case "Widget.businessId":
+		if e.ComplexityRoot.Widget.BusinessID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.BusinessID(childComplexity), true
+	case "Widget.createdAt":
+		if e.ComplexityRoot.Widget.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.CreatedAt(childComplexity), true
+	case "Widget.id":
+		if e.ComplexityRoot.Widget.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.ID(childComplexity), true
+	case "Widget.name":
+		if e.ComplexityRoot.Widget.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.Name(childComplexity), true
+	case "Widget.status":
+		if e.ComplexityRoot.Widget.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.Status(childComplexity), true
+	case "Widget.updatedAt":
+		if e.ComplexityRoot.Widget.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.UpdatedAt(childComplexity), true
+	case "Widget.wallets":
+		if e.ComplexityRoot.Widget.Wallets == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Widget.Wallets(childComplexity), true
+
+	case "WidgetAccept.currency":
+		if e.ComplexityRoot.WidgetAccept.Currency == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetAccept.Currency(childComplexity), true
+	case "WidgetAccept.network":
+		if e.ComplexityRoot.WidgetAccept.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetAccept.Network(childComplexity), true
+
+	case "WidgetConnection.edges":
+		if e.ComplexityRoot.WidgetConnection.Edges == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetConnection.Edges(childComplexity), true
+	case "WidgetConnection.pageInfo":
+		if e.ComplexityRoot.WidgetConnection.PageInfo == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetConnection.PageInfo(childComplexity), true
+	case "WidgetConnection.totalCount":
+		if e.ComplexityRoot.WidgetConnection.TotalCount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetConnection.TotalCount(childComplexity), true
+
+	case "WidgetEdge.cursor":
+		if e.ComplexityRoot.WidgetEdge.Cursor == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetEdge.Cursor(childComplexity), true
+	case "WidgetEdge.node":
+		if e.ComplexityRoot.WidgetEdge.Node == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetEdge.Node(childComplexity), true
+
+	case "WidgetWallet.address":
+		if e.ComplexityRoot.WidgetWallet.Address == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWallet.Address(childComplexity), true
+	case "WidgetWallet.network":
+		if e.ComplexityRoot.WidgetWallet.Network == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWallet.Network(childComplexity), true
+
+	case "WidgetWithSecret.accepts":
+		if e.ComplexityRoot.WidgetWithSecret.Accepts == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.Accepts(childComplexity), true
+	case "WidgetWithSecret.businessId":
+		if e.ComplexityRoot.WidgetWithSecret.BusinessID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.BusinessID(childComplexity), true
+	case "WidgetWithSecret.clientSecret":
+		if e.ComplexityRoot.WidgetWithSecret.ClientSecret == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.ClientSecret(childComplexity), true
+	case "WidgetWithSecret.createdAt":
+		if e.ComplexityRoot.WidgetWithSecret.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.CreatedAt(childComplexity), true
+	case "WidgetWithSecret.id":
+		if e.ComplexityRoot.WidgetWithSecret.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.ID(childComplexity), true
+	case "WidgetWithSecret.name":
+		if e.ComplexityRoot.WidgetWithSecret.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.Name(childComplexity), true
+	case "WidgetWithSecret.status":
+		if e.ComplexityRoot.WidgetWithSecret.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.Status(childComplexity), true
+	case "WidgetWithSecret.updatedAt":
+		if e.ComplexityRoot.WidgetWithSecret.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.UpdatedAt(childComplexity), true
+	case "WidgetWithSecret.wallets":
+		if e.ComplexityRoot.WidgetWithSecret.Wallets == nil {
+			break
+		}
+
+		return e.ComplexityRoot.WidgetWithSecret.Wallets(childComplexity), true
+
 	}
 	return 0, false
 }
@@ -1966,6 +2252,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputBusinessWhereInput,
 		ec.unmarshalInputCreateBusinessInput,
 		ec.unmarshalInputCreateEndpointInput,
+		ec.unmarshalInputCreateWidgetInput,
 		ec.unmarshalInputCredentialsInput,
 		ec.unmarshalInputCustomPaymentInput,
 		ec.unmarshalInputDeviceOrder,
@@ -1984,6 +2271,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputUpdateBusinessStatusInput,
 		ec.unmarshalInputUpdateBusinessUserStatusInput,
 		ec.unmarshalInputUpdateEndpointInput,
+		ec.unmarshalInputUpdateWidgetInput,
 		ec.unmarshalInputUserOrder,
 		ec.unmarshalInputVoucherOrder,
 		ec.unmarshalInputVoucherSessionOrder,
@@ -1992,6 +2280,9 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputWebhookDeliveryOrder,
 		ec.unmarshalInputWebhookDeliveryWhereInput,
 		ec.unmarshalInputWebhookEndpointOrder,
+		ec.unmarshalInputWidgetAcceptInput,
+		ec.unmarshalInputWidgetOrder,
+		ec.unmarshalInputWidgetWalletInput,
 	)
 	first := true
 
@@ -2226,6 +2517,32 @@ type Business implements Node {
     """
     orderBy: WebhookEndpointOrder
   ): WebhookEndpointConnection!
+  widgets(
+    """
+    Returns the elements in the list that come after the specified cursor.
+    """
+    after: Cursor
+
+    """
+    Returns the first _n_ elements from the list.
+    """
+    first: Int
+
+    """
+    Returns the elements in the list that come before the specified cursor.
+    """
+    before: Cursor
+
+    """
+    Returns the last _n_ elements from the list.
+    """
+    last: Int
+
+    """
+    Ordering options for Widgets returned from the connection.
+    """
+    orderBy: WidgetOrder
+  ): WidgetConnection!
 }
 """
 A connection to a list of items.
@@ -2703,6 +3020,8 @@ type Voucher implements Node {
   payeeInfo: JSON
   receipts: [Receipt!]
   discardReason: String
+  widgetId: String
+  reference: String
   expiresAt: Time!
   settlement: Settlement
 }
@@ -2979,6 +3298,42 @@ input VoucherWhereInput {
   discardReasonNotNil: Boolean
   discardReasonEqualFold: String
   discardReasonContainsFold: String
+  """
+  widget_id field predicates
+  """
+  widgetID: String
+  widgetIDNEQ: String
+  widgetIDIn: [String!]
+  widgetIDNotIn: [String!]
+  widgetIDGT: String
+  widgetIDGTE: String
+  widgetIDLT: String
+  widgetIDLTE: String
+  widgetIDContains: String
+  widgetIDHasPrefix: String
+  widgetIDHasSuffix: String
+  widgetIDIsNil: Boolean
+  widgetIDNotNil: Boolean
+  widgetIDEqualFold: String
+  widgetIDContainsFold: String
+  """
+  reference field predicates
+  """
+  reference: String
+  referenceNEQ: String
+  referenceIn: [String!]
+  referenceNotIn: [String!]
+  referenceGT: String
+  referenceGTE: String
+  referenceLT: String
+  referenceLTE: String
+  referenceContains: String
+  referenceHasPrefix: String
+  referenceHasSuffix: String
+  referenceIsNil: Boolean
+  referenceNotNil: Boolean
+  referenceEqualFold: String
+  referenceContainsFold: String
   """
   expires_at field predicates
   """
@@ -3269,6 +3624,74 @@ Properties by which WebhookEndpoint connections can be ordered.
 enum WebhookEndpointOrderField {
   CREATED_AT
   UPDATED_AT
+}
+type Widget implements Node {
+  id: ID!
+  createdAt: Time!
+  updatedAt: Time!
+  businessId: ID!
+  name: String!
+  status: WidgetStatus!
+  accepts: [WidgetAccept!]!
+  wallets: [WidgetWallet!]!
+}
+"""
+A connection to a list of items.
+"""
+type WidgetConnection {
+  """
+  A list of edges.
+  """
+  edges: [WidgetEdge]
+  """
+  Information to aid in pagination.
+  """
+  pageInfo: PageInfo!
+  """
+  Identifies the total count of items in the connection.
+  """
+  totalCount: Int!
+}
+"""
+An edge in a connection.
+"""
+type WidgetEdge {
+  """
+  The item at the end of the edge.
+  """
+  node: Widget
+  """
+  A cursor for use in pagination.
+  """
+  cursor: Cursor!
+}
+"""
+Ordering options for Widget connections
+"""
+input WidgetOrder {
+  """
+  The ordering direction.
+  """
+  direction: OrderDirection! = ASC
+  """
+  The field by which to order Widgets.
+  """
+  field: WidgetOrderField!
+}
+"""
+Properties by which Widget connections can be ordered.
+"""
+enum WidgetOrderField {
+  CREATED_AT
+  UPDATED_AT
+  NAME
+}
+"""
+WidgetStatus is enum for the field status
+"""
+enum WidgetStatus @goModel(model: "github.com/voucherd/voucherd/ent/widget.Status") {
+  ACTIVE
+  INACTIVE
 }
 `, BuiltIn: false},
 	{Name: "../schema/identity.graphql", Input: `input SignInDataInput {
@@ -3676,6 +4099,82 @@ extend type Mutation {
   retryDelivery(businessId: ID!, id: ID!): WebhookDelivery!
 }
 `, BuiltIn: false},
+	{Name: "../schema/widget.graphql", Input: `# Widgets: the same operations as /api/v1/businesses/:businessId/widgets,
+# through the same widget service. Widgets are listed by the
+# Business.widgets connection and reachable with node(id:). The public
+# operations (config, create-checkout, the checkout capability) stay REST.
+
+"A token a widget accepts: a network and a currency of GET /api/v1/finance/currencies."
+type WidgetAccept {
+  network: String!
+  currency: String!
+}
+
+"A widget's payout wallet on one network."
+type WidgetWallet {
+  network: String!
+  address: String!
+}
+
+input WidgetAcceptInput {
+  network: String!
+  currency: String!
+}
+
+input WidgetWalletInput {
+  network: String!
+  "validated as redeem-voucher validates wallet addresses"
+  address: String!
+}
+
+"Body of POST .../widgets/create-widget."
+input CreateWidgetInput {
+  "1 to 128 characters"
+  name: String!
+  "ACTIVE when absent"
+  status: WidgetStatus
+  "1 to 20 distinct pairs of the registry"
+  accepts: [WidgetAcceptInput!]!
+  "exactly one wallet for each network in accepts"
+  wallets: [WidgetWalletInput!]!
+}
+
+"Body of POST .../widgets/:widgetId/update-widget; absent fields stay as they are."
+input UpdateWidgetInput {
+  name: String
+  status: WidgetStatus
+  accepts: [WidgetAcceptInput!]
+  wallets: [WidgetWalletInput!]
+}
+
+"""
+A widget with its client secret: the answer of createWidget and
+rotateWidgetSecret, the only times the secret is shown.
+"""
+type WidgetWithSecret {
+  id: ID!
+  businessId: ID!
+  name: String!
+  status: WidgetStatus!
+  accepts: [WidgetAccept!]!
+  wallets: [WidgetWallet!]!
+  createdAt: Time!
+  updatedAt: Time!
+  "wcs_ + base64url of 32 random bytes; send it as X-Client-Secret from your server only; it is never shown again"
+  clientSecret: String!
+}
+
+extend type Mutation {
+  "POST /api/v1/businesses/:businessId/widgets/create-widget"
+  createWidget(businessId: ID!, input: CreateWidgetInput!): WidgetWithSecret!
+  "POST /api/v1/businesses/:businessId/widgets/:widgetId/update-widget"
+  updateWidget(businessId: ID!, id: ID!, input: UpdateWidgetInput!): Widget!
+  "POST /api/v1/businesses/:businessId/widgets/:widgetId/rotate-secret: the old secret stops working at once"
+  rotateWidgetSecret(businessId: ID!, id: ID!): WidgetWithSecret!
+  "POST /api/v1/businesses/:businessId/widgets/:widgetId/delete-widget; returns the deleted widget's id"
+  deleteWidget(businessId: ID!, id: ID!): ID!
+}
+`, BuiltIn: false},
 }
 var parsedSchema = gqlparser.MustLoadSchema(sources...)
 
@@ -3729,6 +4228,8 @@ func (ec *executionContext) childFields_Business(ctx context.Context, field grap
 		return ec.fieldContext_Business_members(ctx, field)
 	case "webhookEndpoints":
 		return ec.fieldContext_Business_webhookEndpoints(ctx, field)
+	case "widgets":
+		return ec.fieldContext_Business_widgets(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Business", field.Name)
 }
@@ -4035,6 +4536,10 @@ func (ec *executionContext) childFields_Voucher(ctx context.Context, field graph
 		return ec.fieldContext_Voucher_receipts(ctx, field)
 	case "discardReason":
 		return ec.fieldContext_Voucher_discardReason(ctx, field)
+	case "widgetId":
+		return ec.fieldContext_Voucher_widgetId(ctx, field)
+	case "reference":
+		return ec.fieldContext_Voucher_reference(ctx, field)
 	case "expiresAt":
 		return ec.fieldContext_Voucher_expiresAt(ctx, field)
 	case "settlement":
@@ -4227,6 +4732,94 @@ func (ec *executionContext) childFields_WebhookEndpointWithSecret(ctx context.Co
 		return ec.fieldContext_WebhookEndpointWithSecret_signingSecret(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type WebhookEndpointWithSecret", field.Name)
+}
+
+func (ec *executionContext) childFields_Widget(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Widget_id(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Widget_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_Widget_updatedAt(ctx, field)
+	case "businessId":
+		return ec.fieldContext_Widget_businessId(ctx, field)
+	case "name":
+		return ec.fieldContext_Widget_name(ctx, field)
+	case "status":
+		return ec.fieldContext_Widget_status(ctx, field)
+	case "accepts":
+		return ec.fieldContext_Widget_accepts(ctx, field)
+	case "wallets":
+		return ec.fieldContext_Widget_wallets(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Widget", field.Name)
+}
+
+func (ec *executionContext) childFields_WidgetAccept(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "network":
+		return ec.fieldContext_WidgetAccept_network(ctx, field)
+	case "currency":
+		return ec.fieldContext_WidgetAccept_currency(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WidgetAccept", field.Name)
+}
+
+func (ec *executionContext) childFields_WidgetConnection(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "edges":
+		return ec.fieldContext_WidgetConnection_edges(ctx, field)
+	case "pageInfo":
+		return ec.fieldContext_WidgetConnection_pageInfo(ctx, field)
+	case "totalCount":
+		return ec.fieldContext_WidgetConnection_totalCount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WidgetConnection", field.Name)
+}
+
+func (ec *executionContext) childFields_WidgetEdge(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "node":
+		return ec.fieldContext_WidgetEdge_node(ctx, field)
+	case "cursor":
+		return ec.fieldContext_WidgetEdge_cursor(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WidgetEdge", field.Name)
+}
+
+func (ec *executionContext) childFields_WidgetWallet(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "network":
+		return ec.fieldContext_WidgetWallet_network(ctx, field)
+	case "address":
+		return ec.fieldContext_WidgetWallet_address(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WidgetWallet", field.Name)
+}
+
+func (ec *executionContext) childFields_WidgetWithSecret(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_WidgetWithSecret_id(ctx, field)
+	case "businessId":
+		return ec.fieldContext_WidgetWithSecret_businessId(ctx, field)
+	case "name":
+		return ec.fieldContext_WidgetWithSecret_name(ctx, field)
+	case "status":
+		return ec.fieldContext_WidgetWithSecret_status(ctx, field)
+	case "accepts":
+		return ec.fieldContext_WidgetWithSecret_accepts(ctx, field)
+	case "wallets":
+		return ec.fieldContext_WidgetWithSecret_wallets(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_WidgetWithSecret_createdAt(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_WidgetWithSecret_updatedAt(ctx, field)
+	case "clientSecret":
+		return ec.fieldContext_WidgetWithSecret_clientSecret(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type WidgetWithSecret", field.Name)
 }
 
 func (ec *executionContext) childFields___Directive(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4445,6 +5038,52 @@ func (ec *executionContext) field_Business_webhookEndpoints_args(ctx context.Con
 	return args, nil
 }
 
+func (ec *executionContext) field_Business_widgets_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "after",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["after"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "first",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["first"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "before",
+		func(ctx context.Context, v any) (*entgql.Cursor[string], error) {
+			return ec.unmarshalOCursor2ᚖentgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["before"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "last",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["last"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "orderBy",
+		func(ctx context.Context, v any) (*ent.WidgetOrder, error) {
+			return ec.unmarshalOWidgetOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetOrder(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["orderBy"] = arg4
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_addBusinessUser_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4517,7 +5156,51 @@ func (ec *executionContext) field_Mutation_createEndpoint_args(ctx context.Conte
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_createWidget_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (widget.CreateInput, error) {
+			return ec.unmarshalNCreateWidgetInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐCreateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_deleteEndpoint_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_deleteWidget_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
@@ -4699,6 +5382,28 @@ func (ec *executionContext) field_Mutation_rotateSecret_args(ctx context.Context
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_rotateWidgetSecret_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_signIn_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -4823,6 +5528,36 @@ func (ec *executionContext) field_Mutation_updateEndpoint_args(ctx context.Conte
 	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
 		func(ctx context.Context, v any) (webhook.UpdateEndpointInput, error) {
 			return ec.unmarshalNUpdateEndpointInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐUpdateEndpointInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg2
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_updateWidget_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (widget.UpdateInput, error) {
+			return ec.unmarshalNUpdateWidgetInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐUpdateInput(ctx, v)
 		})
 	if err != nil {
 		return nil, err
@@ -5592,6 +6327,50 @@ func (ec *executionContext) fieldContext_Business_webhookEndpoints(ctx context.C
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Business_webhookEndpoints_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Business_widgets(ctx context.Context, field graphql.CollectedField, obj *ent.Business) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Business_widgets(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return obj.Widgets(ctx, fc.Args["after"].(*entgql.Cursor[string]), fc.Args["first"].(*int), fc.Args["before"].(*entgql.Cursor[string]), fc.Args["last"].(*int), fc.Args["orderBy"].(*ent.WidgetOrder))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.WidgetConnection) graphql.Marshaler {
+			return ec.marshalNWidgetConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetConnection(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Business_widgets(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Business",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetConnection(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Business_widgets_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7613,6 +8392,182 @@ func (ec *executionContext) fieldContext_Mutation_retryDelivery(ctx context.Cont
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Mutation_retryDelivery_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_createWidget(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createWidget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateWidget(ctx, fc.Args["businessId"].(string), fc.Args["input"].(widget.CreateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
+			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createWidget(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetWithSecret(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createWidget_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_updateWidget(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_updateWidget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().UpdateWidget(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string), fc.Args["input"].(widget.UpdateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Widget) graphql.Marshaler {
+			return ec.marshalNWidget2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidget(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_updateWidget(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Widget(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_updateWidget_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_rotateWidgetSecret(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_rotateWidgetSecret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RotateWidgetSecret(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
+			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_rotateWidgetSecret(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetWithSecret(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_rotateWidgetSecret_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_deleteWidget(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_deleteWidget(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().DeleteWidget(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_deleteWidget(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return nil, errors.New("field of type ID does not have child fields")
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_deleteWidget_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -9732,6 +10687,52 @@ func (ec *executionContext) fieldContext_Voucher_discardReason(_ context.Context
 	return graphql.NewScalarFieldContext("Voucher", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
+func (ec *executionContext) _Voucher_widgetId(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Voucher_widgetId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.WidgetID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Voucher_widgetId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Voucher", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Voucher_reference(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Voucher_reference(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Reference, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Voucher_reference(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Voucher", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _Voucher_expiresAt(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11144,6 +12145,667 @@ func (ec *executionContext) _WebhookEndpointWithSecret_signingSecret(ctx context
 }
 func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_signingSecret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_id(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_updatedAt(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_businessId(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_businessId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BusinessID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_businessId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_name(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_status(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v widget1.Status) graphql.Marshaler {
+			return ec.marshalNWidgetStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Widget", field, false, false, errors.New("field of type WidgetStatus does not have child fields"))
+}
+
+func (ec *executionContext) _Widget_accepts(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_accepts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []payment.Accept) graphql.Marshaler {
+			return ec.marshalNWidgetAccept2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_accepts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Widget",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetAccept(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Widget_wallets(ctx context.Context, field graphql.CollectedField, obj *ent.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Widget_wallets(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Wallets, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []payment.NetworkWallet) graphql.Marshaler {
+			return ec.marshalNWidgetWallet2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Widget_wallets(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Widget",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetWallet(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetAccept_network(ctx context.Context, field graphql.CollectedField, obj *payment.Accept) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetAccept_network(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Network, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetAccept_network(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetAccept", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetAccept_currency(ctx context.Context, field graphql.CollectedField, obj *payment.Accept) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetAccept_currency(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Currency, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetAccept_currency(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetAccept", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.WidgetConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetConnection_edges(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Edges, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []*ent.WidgetEdge) graphql.Marshaler {
+			return ec.marshalOWidgetEdge2ᚕᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetEdge(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetConnection_edges(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WidgetConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetEdge(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetConnection_pageInfo(ctx context.Context, field graphql.CollectedField, obj *ent.WidgetConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetConnection_pageInfo(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PageInfo, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.PageInfo[string]) graphql.Marshaler {
+			return ec.marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPageInfo(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetConnection_pageInfo(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WidgetConnection",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_PageInfo(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetConnection_totalCount(ctx context.Context, field graphql.CollectedField, obj *ent.WidgetConnection) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetConnection_totalCount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TotalCount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetConnection_totalCount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetConnection", field, false, false, errors.New("field of type Int does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetEdge_node(ctx context.Context, field graphql.CollectedField, obj *ent.WidgetEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetEdge_node(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Node, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.Widget) graphql.Marshaler {
+			return ec.marshalOWidget2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidget(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetEdge_node(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WidgetEdge",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Widget(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetEdge_cursor(ctx context.Context, field graphql.CollectedField, obj *ent.WidgetEdge) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetEdge_cursor(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Cursor, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v entgql.Cursor[string]) graphql.Marshaler {
+			return ec.marshalNCursor2entgoᚗioᚋcontribᚋentgqlᚐCursor(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetEdge_cursor(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetEdge", field, false, false, errors.New("field of type Cursor does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWallet_network(ctx context.Context, field graphql.CollectedField, obj *payment.NetworkWallet) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWallet_network(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Network, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWallet_network(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWallet", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWallet_address(ctx context.Context, field graphql.CollectedField, obj *payment.NetworkWallet) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWallet_address(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Address, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWallet_address(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWallet", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_businessId(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_businessId(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.BusinessID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_businessId(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_name(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_status(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v widget1.Status) graphql.Marshaler {
+			return ec.marshalNWidgetStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type WidgetStatus does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_accepts(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_accepts(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Accepts, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []payment.Accept) graphql.Marshaler {
+			return ec.marshalNWidgetAccept2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_accepts(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WidgetWithSecret",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetAccept(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetWithSecret_wallets(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_wallets(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Wallets, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []payment.NetworkWallet) graphql.Marshaler {
+			return ec.marshalNWidgetWallet2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_wallets(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "WidgetWithSecret",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_WidgetWallet(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _WidgetWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
+			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_updatedAt(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
+			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _WidgetWithSecret_clientSecret(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_WidgetWithSecret_clientSecret(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ClientSecret, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_WidgetWithSecret_clientSecret(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) ___Directive_name(ctx context.Context, field graphql.CollectedField, obj *introspection.Directive) (ret graphql.Marshaler) {
@@ -13221,6 +14883,57 @@ func (ec *executionContext) unmarshalInputCreateEndpointInput(ctx context.Contex
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputCreateWidgetInput(ctx context.Context, obj any) (widget.CreateInput, error) {
+	var it widget.CreateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "status", "accepts", "wallets"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "status":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
+			data, err := ec.unmarshalOWidgetStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Status = data
+		case "accepts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("accepts"))
+			data, err := ec.unmarshalNWidgetAcceptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Accepts = data
+		case "wallets":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("wallets"))
+			data, err := ec.unmarshalNWidgetWalletInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Wallets = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCredentialsInput(ctx context.Context, obj any) (identity.Credentials, error) {
 	var it identity.Credentials
 	if obj == nil {
@@ -13972,6 +15685,57 @@ func (ec *executionContext) unmarshalInputUpdateEndpointInput(ctx context.Contex
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputUpdateWidgetInput(ctx context.Context, obj any) (widget.UpdateInput, error) {
+	var it widget.UpdateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "status", "accepts", "wallets"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "status":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("status"))
+			data, err := ec.unmarshalOWidgetStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Status = data
+		case "accepts":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("accepts"))
+			data, err := ec.unmarshalOWidgetAcceptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Accepts = data
+		case "wallets":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("wallets"))
+			data, err := ec.unmarshalOWidgetWalletInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Wallets = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputUserOrder(ctx context.Context, obj any) (ent.UserOrder, error) {
 	var it ent.UserOrder
 	if obj == nil {
@@ -14106,7 +15870,7 @@ func (ec *executionContext) unmarshalInputVoucherWhereInput(ctx context.Context,
 		asMap[k] = v
 	}
 
-	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "idEqualFold", "idContainsFold", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "type", "typeNEQ", "typeIn", "typeNotIn", "typeIsNil", "typeNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "sessionID", "sessionIDNEQ", "sessionIDIn", "sessionIDNotIn", "sessionIDGT", "sessionIDGTE", "sessionIDLT", "sessionIDLTE", "sessionIDContains", "sessionIDHasPrefix", "sessionIDHasSuffix", "sessionIDEqualFold", "sessionIDContainsFold", "businessID", "businessIDNEQ", "businessIDIn", "businessIDNotIn", "businessIDGT", "businessIDGTE", "businessIDLT", "businessIDLTE", "businessIDContains", "businessIDHasPrefix", "businessIDHasSuffix", "businessIDIsNil", "businessIDNotNil", "businessIDEqualFold", "businessIDContainsFold", "discardReason", "discardReasonNEQ", "discardReasonIn", "discardReasonNotIn", "discardReasonGT", "discardReasonGTE", "discardReasonLT", "discardReasonLTE", "discardReasonContains", "discardReasonHasPrefix", "discardReasonHasSuffix", "discardReasonIsNil", "discardReasonNotNil", "discardReasonEqualFold", "discardReasonContainsFold", "expiresAt", "expiresAtNEQ", "expiresAtIn", "expiresAtNotIn", "expiresAtGT", "expiresAtGTE", "expiresAtLT", "expiresAtLTE"}
+	fieldsInOrder := [...]string{"not", "and", "or", "id", "idNEQ", "idIn", "idNotIn", "idGT", "idGTE", "idLT", "idLTE", "idEqualFold", "idContainsFold", "createdAt", "createdAtNEQ", "createdAtIn", "createdAtNotIn", "createdAtGT", "createdAtGTE", "createdAtLT", "createdAtLTE", "updatedAt", "updatedAtNEQ", "updatedAtIn", "updatedAtNotIn", "updatedAtGT", "updatedAtGTE", "updatedAtLT", "updatedAtLTE", "code", "codeNEQ", "codeIn", "codeNotIn", "codeGT", "codeGTE", "codeLT", "codeLTE", "codeContains", "codeHasPrefix", "codeHasSuffix", "codeEqualFold", "codeContainsFold", "status", "statusNEQ", "statusIn", "statusNotIn", "type", "typeNEQ", "typeIn", "typeNotIn", "typeIsNil", "typeNotNil", "version", "versionNEQ", "versionIn", "versionNotIn", "versionGT", "versionGTE", "versionLT", "versionLTE", "sessionID", "sessionIDNEQ", "sessionIDIn", "sessionIDNotIn", "sessionIDGT", "sessionIDGTE", "sessionIDLT", "sessionIDLTE", "sessionIDContains", "sessionIDHasPrefix", "sessionIDHasSuffix", "sessionIDEqualFold", "sessionIDContainsFold", "businessID", "businessIDNEQ", "businessIDIn", "businessIDNotIn", "businessIDGT", "businessIDGTE", "businessIDLT", "businessIDLTE", "businessIDContains", "businessIDHasPrefix", "businessIDHasSuffix", "businessIDIsNil", "businessIDNotNil", "businessIDEqualFold", "businessIDContainsFold", "discardReason", "discardReasonNEQ", "discardReasonIn", "discardReasonNotIn", "discardReasonGT", "discardReasonGTE", "discardReasonLT", "discardReasonLTE", "discardReasonContains", "discardReasonHasPrefix", "discardReasonHasSuffix", "discardReasonIsNil", "discardReasonNotNil", "discardReasonEqualFold", "discardReasonContainsFold", "widgetID", "widgetIDNEQ", "widgetIDIn", "widgetIDNotIn", "widgetIDGT", "widgetIDGTE", "widgetIDLT", "widgetIDLTE", "widgetIDContains", "widgetIDHasPrefix", "widgetIDHasSuffix", "widgetIDIsNil", "widgetIDNotNil", "widgetIDEqualFold", "widgetIDContainsFold", "reference", "referenceNEQ", "referenceIn", "referenceNotIn", "referenceGT", "referenceGTE", "referenceLT", "referenceLTE", "referenceContains", "referenceHasPrefix", "referenceHasSuffix", "referenceIsNil", "referenceNotNil", "referenceEqualFold", "referenceContainsFold", "expiresAt", "expiresAtNEQ", "expiresAtIn", "expiresAtNotIn", "expiresAtGT", "expiresAtGTE", "expiresAtLT", "expiresAtLTE"}
 	for _, k := range fieldsInOrder {
 		v, ok := asMap[k]
 		if !ok {
@@ -14834,6 +16598,216 @@ func (ec *executionContext) unmarshalInputVoucherWhereInput(ctx context.Context,
 				return it, err
 			}
 			it.DiscardReasonContainsFold = data
+		case "widgetID":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetID"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetID = data
+		case "widgetIDNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDNEQ = data
+		case "widgetIDIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDIn = data
+		case "widgetIDNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDNotIn = data
+		case "widgetIDGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDGT = data
+		case "widgetIDGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDGTE = data
+		case "widgetIDLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDLT = data
+		case "widgetIDLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDLTE = data
+		case "widgetIDContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDContains = data
+		case "widgetIDHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDHasPrefix = data
+		case "widgetIDHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDHasSuffix = data
+		case "widgetIDIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDIsNil = data
+		case "widgetIDNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDNotNil = data
+		case "widgetIDEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDEqualFold = data
+		case "widgetIDContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("widgetIDContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.WidgetIDContainsFold = data
+		case "reference":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("reference"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Reference = data
+		case "referenceNEQ":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceNEQ"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceNEQ = data
+		case "referenceIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceIn = data
+		case "referenceNotIn":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceNotIn"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceNotIn = data
+		case "referenceGT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceGT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceGT = data
+		case "referenceGTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceGTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceGTE = data
+		case "referenceLT":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceLT"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceLT = data
+		case "referenceLTE":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceLTE"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceLTE = data
+		case "referenceContains":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceContains"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceContains = data
+		case "referenceHasPrefix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceHasPrefix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceHasPrefix = data
+		case "referenceHasSuffix":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceHasSuffix"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceHasSuffix = data
+		case "referenceIsNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceIsNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceIsNil = data
+		case "referenceNotNil":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceNotNil"))
+			data, err := ec.unmarshalOBoolean2bool(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceNotNil = data
+		case "referenceEqualFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceEqualFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceEqualFold = data
+		case "referenceContainsFold":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("referenceContainsFold"))
+			data, err := ec.unmarshalOString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.ReferenceContainsFold = data
 		case "expiresAt":
 			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("expiresAt"))
 			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
@@ -15800,6 +17774,121 @@ func (ec *executionContext) unmarshalInputWebhookEndpointOrder(ctx context.Conte
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputWidgetAcceptInput(ctx context.Context, obj any) (payment.Accept, error) {
+	var it payment.Accept
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"network", "currency"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "network":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("network"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Network = data
+		case "currency":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("currency"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Currency = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputWidgetOrder(ctx context.Context, obj any) (ent.WidgetOrder, error) {
+	var it ent.WidgetOrder
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	if _, present := asMap["direction"]; !present {
+		asMap["direction"] = "ASC"
+	}
+
+	fieldsInOrder := [...]string{"direction", "field"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "direction":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("direction"))
+			data, err := ec.unmarshalNOrderDirection2entgoᚗioᚋcontribᚋentgqlᚐOrderDirection(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Direction = data
+		case "field":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("field"))
+			data, err := ec.unmarshalNWidgetOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetOrderField(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Field = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputWidgetWalletInput(ctx context.Context, obj any) (payment.NetworkWallet, error) {
+	var it payment.NetworkWallet
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"network", "address"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "network":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("network"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Network = data
+		case "address":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("address"))
+			data, err := ec.unmarshalNString2string(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Address = data
+		}
+	}
+	return it, nil
+}
+
 // endregion **************************** input.gotpl *****************************
 
 // region    ************************** interface.gotpl ***************************
@@ -15808,6 +17897,11 @@ func (ec *executionContext) _Node(ctx context.Context, sel ast.SelectionSet, obj
 	switch obj := (obj).(type) {
 	case nil:
 		return graphql.Null
+	case *ent.Widget:
+		if obj == nil {
+			return graphql.Null
+		}
+		return ec._Widget(ctx, sel, obj)
 	case *ent.WebhookEndpoint:
 		if obj == nil {
 			return graphql.Null
@@ -16082,6 +18176,42 @@ func (ec *executionContext) _Business(ctx context.Context, sel ast.SelectionSet,
 					}
 				}()
 				res = ec._Business_webhookEndpoints(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "widgets":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Business_widgets(ctx, field, obj)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -16936,6 +19066,34 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		case "retryDelivery":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_retryDelivery(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createWidget":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createWidget(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updateWidget":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_updateWidget(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "rotateWidgetSecret":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_rotateWidgetSecret(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "deleteWidget":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_deleteWidget(ctx, field)
 			})
 			if out.Values[i] == graphql.Null {
 				out.Invalids++
@@ -18162,6 +20320,10 @@ func (ec *executionContext) _Voucher(ctx context.Context, sel ast.SelectionSet, 
 			out.Values[i] = ec._Voucher_receipts(ctx, field, obj)
 		case "discardReason":
 			out.Values[i] = ec._Voucher_discardReason(ctx, field, obj)
+		case "widgetId":
+			out.Values[i] = ec._Voucher_widgetId(ctx, field, obj)
+		case "reference":
+			out.Values[i] = ec._Voucher_reference(ctx, field, obj)
 		case "expiresAt":
 			out.Values[i] = ec._Voucher_expiresAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
@@ -18899,6 +21061,334 @@ func (ec *executionContext) _WebhookEndpointWithSecret(ctx context.Context, sel 
 	return out
 }
 
+var widgetImplementors = []string{"Widget", "Node"}
+
+func (ec *executionContext) _Widget(ctx context.Context, sel ast.SelectionSet, obj *ent.Widget) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Widget")
+		case "id":
+			out.Values[i] = ec._Widget_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._Widget_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._Widget_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "businessId":
+			out.Values[i] = ec._Widget_businessId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._Widget_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._Widget_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepts":
+			out.Values[i] = ec._Widget_accepts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "wallets":
+			out.Values[i] = ec._Widget_wallets(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var widgetAcceptImplementors = []string{"WidgetAccept"}
+
+func (ec *executionContext) _WidgetAccept(ctx context.Context, sel ast.SelectionSet, obj *payment.Accept) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetAcceptImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WidgetAccept")
+		case "network":
+			out.Values[i] = ec._WidgetAccept_network(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "currency":
+			out.Values[i] = ec._WidgetAccept_currency(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var widgetConnectionImplementors = []string{"WidgetConnection"}
+
+func (ec *executionContext) _WidgetConnection(ctx context.Context, sel ast.SelectionSet, obj *ent.WidgetConnection) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetConnectionImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WidgetConnection")
+		case "edges":
+			out.Values[i] = ec._WidgetConnection_edges(ctx, field, obj)
+		case "pageInfo":
+			out.Values[i] = ec._WidgetConnection_pageInfo(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "totalCount":
+			out.Values[i] = ec._WidgetConnection_totalCount(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var widgetEdgeImplementors = []string{"WidgetEdge"}
+
+func (ec *executionContext) _WidgetEdge(ctx context.Context, sel ast.SelectionSet, obj *ent.WidgetEdge) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetEdgeImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WidgetEdge")
+		case "node":
+			out.Values[i] = ec._WidgetEdge_node(ctx, field, obj)
+		case "cursor":
+			out.Values[i] = ec._WidgetEdge_cursor(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var widgetWalletImplementors = []string{"WidgetWallet"}
+
+func (ec *executionContext) _WidgetWallet(ctx context.Context, sel ast.SelectionSet, obj *payment.NetworkWallet) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetWalletImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WidgetWallet")
+		case "network":
+			out.Values[i] = ec._WidgetWallet_network(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "address":
+			out.Values[i] = ec._WidgetWallet_address(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var widgetWithSecretImplementors = []string{"WidgetWithSecret"}
+
+func (ec *executionContext) _WidgetWithSecret(ctx context.Context, sel ast.SelectionSet, obj *widget.Widget) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, widgetWithSecretImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("WidgetWithSecret")
+		case "id":
+			out.Values[i] = ec._WidgetWithSecret_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "businessId":
+			out.Values[i] = ec._WidgetWithSecret_businessId(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._WidgetWithSecret_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "status":
+			out.Values[i] = ec._WidgetWithSecret_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "accepts":
+			out.Values[i] = ec._WidgetWithSecret_accepts(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "wallets":
+			out.Values[i] = ec._WidgetWithSecret_wallets(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._WidgetWithSecret_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._WidgetWithSecret_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "clientSecret":
+			out.Values[i] = ec._WidgetWithSecret_clientSecret(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var __DirectiveImplementors = []string{"__Directive"}
 
 func (ec *executionContext) ___Directive(ctx context.Context, sel ast.SelectionSet, obj *introspection.Directive) graphql.Marshaler {
@@ -19459,6 +21949,11 @@ func (ec *executionContext) unmarshalNCreateEndpointInput2githubᚗcomᚋvoucher
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNCreateWidgetInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐCreateInput(ctx context.Context, v any) (widget.CreateInput, error) {
+	res, err := ec.unmarshalInputCreateWidgetInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCredentialsInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐCredentials(ctx context.Context, v any) (identity.Credentials, error) {
 	res, err := ec.unmarshalInputCredentialsInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -19972,6 +22467,11 @@ func (ec *executionContext) unmarshalNUpdateEndpointInput2githubᚗcomᚋvoucher
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNUpdateWidgetInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐUpdateInput(ctx context.Context, v any) (widget.UpdateInput, error) {
+	res, err := ec.unmarshalInputUpdateWidgetInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNUserOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐUserOrderField(ctx context.Context, v any) (*ent.UserOrderField, error) {
 	var res = new(ent.UserOrderField)
 	err := res.UnmarshalGQL(v)
@@ -20245,6 +22745,150 @@ func (ec *executionContext) marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋ
 		return graphql.Null
 	}
 	return ec._WebhookEndpointWithSecret(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWidget2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidget(ctx context.Context, sel ast.SelectionSet, v ent.Widget) graphql.Marshaler {
+	return ec._Widget(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWidget2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidget(ctx context.Context, sel ast.SelectionSet, v *ent.Widget) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._Widget(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNWidgetAccept2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAccept(ctx context.Context, sel ast.SelectionSet, v payment.Accept) graphql.Marshaler {
+	return ec._WidgetAccept(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWidgetAccept2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx context.Context, sel ast.SelectionSet, v []payment.Accept) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNWidgetAccept2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAccept(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNWidgetAcceptInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAccept(ctx context.Context, v any) (payment.Accept, error) {
+	res, err := ec.unmarshalInputWidgetAcceptInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNWidgetAcceptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx context.Context, v any) ([]payment.Accept, error) {
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]payment.Accept, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWidgetAcceptInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAccept(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNWidgetConnection2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetConnection(ctx context.Context, sel ast.SelectionSet, v *ent.WidgetConnection) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WidgetConnection(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalNWidgetOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetOrderField(ctx context.Context, v any) (*ent.WidgetOrderField, error) {
+	var res = new(ent.WidgetOrderField)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWidgetOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetOrderField(ctx context.Context, sel ast.SelectionSet, v *ent.WidgetOrderField) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalNWidgetStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx context.Context, v any) (widget1.Status, error) {
+	var res widget1.Status
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNWidgetStatus2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx context.Context, sel ast.SelectionSet, v widget1.Status) graphql.Marshaler {
+	return v
+}
+
+func (ec *executionContext) marshalNWidgetWallet2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWallet(ctx context.Context, sel ast.SelectionSet, v payment.NetworkWallet) graphql.Marshaler {
+	return ec._WidgetWallet(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWidgetWallet2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx context.Context, sel ast.SelectionSet, v []payment.NetworkWallet) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNWidgetWallet2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWallet(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) unmarshalNWidgetWalletInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWallet(ctx context.Context, v any) (payment.NetworkWallet, error) {
+	res, err := ec.unmarshalInputWidgetWalletInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNWidgetWalletInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx context.Context, v any) ([]payment.NetworkWallet, error) {
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]payment.NetworkWallet, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWidgetWalletInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWallet(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalNWidgetWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx context.Context, sel ast.SelectionSet, v widget.Widget) graphql.Marshaler {
+	return ec._WidgetWithSecret(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx context.Context, sel ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._WidgetWithSecret(ctx, sel, v)
 }
 
 func (ec *executionContext) marshalN__Directive2githubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐDirective(ctx context.Context, sel ast.SelectionSet, v introspection.Directive) graphql.Marshaler {
@@ -21503,6 +24147,93 @@ func (ec *executionContext) unmarshalOWebhookEndpointOrder2ᚖgithubᚗcomᚋvou
 	}
 	res, err := ec.unmarshalInputWebhookEndpointOrder(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOWidget2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidget(ctx context.Context, sel ast.SelectionSet, v *ent.Widget) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Widget(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOWidgetAcceptInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAcceptᚄ(ctx context.Context, v any) ([]payment.Accept, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]payment.Accept, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWidgetAcceptInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐAccept(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (ec *executionContext) marshalOWidgetEdge2ᚕᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetEdge(ctx context.Context, sel ast.SelectionSet, v []*ent.WidgetEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalOWidgetEdge2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetEdge(ctx, sel, v[i])
+	})
+
+	return ret
+}
+
+func (ec *executionContext) marshalOWidgetEdge2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetEdge(ctx context.Context, sel ast.SelectionSet, v *ent.WidgetEdge) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._WidgetEdge(ctx, sel, v)
+}
+
+func (ec *executionContext) unmarshalOWidgetOrder2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐWidgetOrder(ctx context.Context, v any) (*ent.WidgetOrder, error) {
+	if v == nil {
+		return nil, nil
+	}
+	res, err := ec.unmarshalInputWidgetOrder(ctx, v)
+	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalOWidgetStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx context.Context, v any) (*widget1.Status, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var res = new(widget1.Status)
+	err := res.UnmarshalGQL(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalOWidgetStatus2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚋwidgetᚐStatus(ctx context.Context, sel ast.SelectionSet, v *widget1.Status) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return v
+}
+
+func (ec *executionContext) unmarshalOWidgetWalletInput2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWalletᚄ(ctx context.Context, v any) ([]payment.NetworkWallet, error) {
+	if v == nil {
+		return nil, nil
+	}
+	var vSlice []any
+	vSlice = graphql.CoerceList(v)
+	var err error
+	res := make([]payment.NetworkWallet, len(vSlice))
+	for i := range vSlice {
+		ctx := graphql.WithPathContext(ctx, graphql.NewPathWithIndex(i))
+		res[i], err = ec.unmarshalNWidgetWalletInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐNetworkWallet(ctx, vSlice[i])
+		if err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
 }
 
 func (ec *executionContext) marshalO__EnumValue2ᚕgithubᚗcomᚋ99designsᚋgqlgenᚋgraphqlᚋintrospectionᚐEnumValueᚄ(ctx context.Context, sel ast.SelectionSet, v []introspection.EnumValue) graphql.Marshaler {

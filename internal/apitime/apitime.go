@@ -68,3 +68,6 @@ func (t *Time) UnmarshalGQL(v any) error {
 	}
 	return t.UnmarshalJSON([]byte(strconv.Quote(s)))
 }
+
+// String is the API form (what templates print).
+func (t Time) String() string { return Format(t.Std()) }

@@ -101,6 +101,12 @@ const (
 	GuardRegistered
 	// GuardUser admits user tokens only (the token half of BusinessUserGuard).
 	GuardUser
+	// GuardWidgetClient is a widget's public routes: the widget's client
+	// secret (X-Client-Secret) or a bearer token. Which secret or whose
+	// token opens which widget is the widget service's rule (it needs the
+	// widget), so Check lets every caller through to it; only a caller with
+	// neither credential is refused (401) there, as Admits says.
+	GuardWidgetClient
 )
 
 // Check applies the guard to the caller in ctx. An open guard returns the
@@ -129,6 +135,8 @@ func (g Guard) Admits(k *Kind) bool {
 		return k != nil && (*k == KindUser || *k == KindDevice)
 	case GuardUser:
 		return k != nil && *k == KindUser
+	case GuardWidgetClient:
+		return k != nil
 	}
 	return false
 }
@@ -143,6 +151,8 @@ func (g Guard) String() string {
 		return "registered user or device"
 	case GuardUser:
 		return "user"
+	case GuardWidgetClient:
+		return "widget client secret or bearer token"
 	}
 	return "unknown guard"
 }

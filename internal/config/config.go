@@ -71,6 +71,9 @@ type Config struct {
 	// PprofAddr, when set, serves net/http/pprof on its own listener (never
 	// on the API address), for profiling under load.
 	PprofAddr string
+	// PublicURL is the service's public base URL; checkout URLs are made
+	// from it (internal/widget).
+	PublicURL string
 }
 
 // Var documents one setting; the README's table is written from this list.
@@ -108,6 +111,7 @@ var Vars = []Var{
 	{"VOUCHER_GRAPHQL_TIME_BUDGET", "graphql-time-budget", "1s", "how long one GraphQL query or mutation may take before its unresolved fields are answered unavailable (docs/hardening.md)"},
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
 	{"VOUCHER_SETTLEMENT_WINDOW", "settlement-window", "1h", "how long after resolve a payment on a verified network may take to confirm; a settlement with nothing confirmed by then is FAILED"},
+	{"VOUCHER_PUBLIC_URL", "public-url", "", "public base URL of the service (https://pay.example.com); checkout URLs start with it; unset: the address the create-checkout request came to (development)"},
 	{"VOUCHER_PPROF_ADDR", "pprof-addr", "", "serve net/http/pprof on this separate host:port (profiling; empty = off, keep it on loopback)"},
 }
 
@@ -170,6 +174,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		SettlementWindow:     dur("VOUCHER_SETTLEMENT_WINDOW"),
 		GraphQLTimeBudget:    dur("VOUCHER_GRAPHQL_TIME_BUDGET"),
 		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
+		PublicURL:            get("VOUCHER_PUBLIC_URL"),
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_DB_PREPARE")); err != nil {
 		bad("VOUCHER_DB_PREPARE", "want true or false, got %q", get("VOUCHER_DB_PREPARE"))
@@ -193,6 +198,11 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	}
 	if _, _, err := net.SplitHostPort(c.Addr); err != nil {
 		bad("VOUCHER_ADDR", "want host:port, got %q", c.Addr)
+	}
+	if c.PublicURL != "" {
+		if u, err := url.Parse(c.PublicURL); err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
+			bad("VOUCHER_PUBLIC_URL", "want an absolute http(s) URL without query, got %q", c.PublicURL)
+		}
 	}
 	if c.PprofAddr != "" {
 		if _, _, err := net.SplitHostPort(c.PprofAddr); err != nil {

@@ -2,6 +2,7 @@ package httpx
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/klauspost/compress/gzhttp"
 )
@@ -15,7 +16,7 @@ const GzipMinSize = 1024
 // threshold before deciding, sets Vary: Accept-Encoding, and leaves alone
 // answers that already carry a Content-Encoding, such as /metrics'
 // own). Websocket upgrades bypass it: the connection is hijacked and
-// carries no HTTP body.
+// carries no HTTP body. So do event streams.
 func Gzip(h http.Handler) http.Handler {
 	wrap, err := gzhttp.NewWrapper(gzhttp.MinSize(GzipMinSize))
 	if err != nil {
@@ -23,7 +24,10 @@ func Gzip(h http.Handler) http.Handler {
 	}
 	gz := wrap(h)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("Upgrade") != "" {
+		// An event stream (the checkout page's live state) must reach the
+		// browser event by event; gzhttp would hold its small writes back
+		// until the size threshold. EventSource always asks for it by name.
+		if r.Header.Get("Upgrade") != "" || strings.Contains(r.Header.Get("Accept"), "text/event-stream") {
 			h.ServeHTTP(w, r)
 			return
 		}

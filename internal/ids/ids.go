@@ -27,6 +27,10 @@ const (
 	DeliveryAttempt   = "dla_"
 	InteropSubmission = "isb_"
 	Token             = "tok_"
+	Widget            = "wgt_"
+	// Checkout is the payer of a checkout voucher: whoever holds its
+	// checkout token (internal/widget).
+	Checkout = "chk_"
 )
 
 // tables maps a prefix to the ent table holding that kind of node.
@@ -40,6 +44,7 @@ var tables = map[string]string{
 	WebhookEndpoint: "webhook_endpoints",
 	Event:           "events",
 	Delivery:        "webhook_deliveries",
+	Widget:          "widgets",
 }
 
 const alphabet = "0123456789abcdefghjkmnpqrstvwxyz"

@@ -140,6 +140,31 @@ var (
 		REST: "GET /api/v1/finance/rates", GraphQL: "Query.rates"})
 
 	// The REST door's own OpenAPI document (no budget: a static file).
+	// Widgets: the business manages them (members read, OWNER/ADMIN write);
+	// the public routes take the widget's client secret or a member's
+	// token, and the checkout routes the checkout token (the handlers check
+	// both; their budget is counted per widget or per checkout).
+	CreateWidget = declare(&Op{Name: "createWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "POST /api/v1/businesses/{businessId}/widgets/create-widget", GraphQL: "Mutation.createWidget"})
+	ListWidgets = declare(&Op{Name: "listWidgets", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "GET /api/v1/businesses/{businessId}/widgets"})
+	GetWidget = declare(&Op{Name: "getWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "GET /api/v1/businesses/{businessId}/widgets/{widgetId}"})
+	UpdateWidget = declare(&Op{Name: "updateWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/update-widget", GraphQL: "Mutation.updateWidget"})
+	RotateWidgetSecret = declare(&Op{Name: "rotateWidgetSecret", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/rotate-secret", GraphQL: "Mutation.rotateWidgetSecret"})
+	DeleteWidget = declare(&Op{Name: "deleteWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/delete-widget", GraphQL: "Mutation.deleteWidget"})
+	WidgetConfig = declare(&Op{Name: "widgetConfig", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
+		REST: "GET /api/v1/widgets/{widgetId}/config"})
+	CreateCheckout = declare(&Op{Name: "createCheckout", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
+		REST: "POST /api/v1/widgets/{widgetId}/create-checkout"})
+	GetCheckout = declare(&Op{Name: "getCheckout", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
+		REST: "GET /api/v1/checkout/{token}"})
+	SubmitPayment = declare(&Op{Name: "submitPayment", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
+		REST: "POST /api/v1/checkout/{token}/submit-payment"})
+
 	OpenAPI = declare(&Op{Name: "openapi", Guard: auth.GuardOpen,
 		REST: "GET /api/v1/openapi.json"})
 

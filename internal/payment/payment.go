@@ -64,3 +64,16 @@ type (
 	Extra     = json.RawMessage
 	PayeeInfo = json.RawMessage
 )
+
+// Accept is a token a widget takes: a network and a currency of the
+// registry.
+type Accept struct {
+	Network  string `json:"network"`
+	Currency string `json:"currency"`
+}
+
+// NetworkWallet is a payout wallet on one network.
+type NetworkWallet struct {
+	Network string `json:"network"`
+	Address string `json:"address"`
+}

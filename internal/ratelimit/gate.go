@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"net/netip"
@@ -116,6 +118,11 @@ func (g *Gate) Spend(ctx context.Context, group Group, operation, addr string, c
 	if keyedByAddress(group) {
 		caller = AddressKey(addr)
 	}
+	return g.spendAs(ctx, group, operation, caller, cost)
+}
+
+// spendAs is Spend for a caller key chosen by the door.
+func (g *Gate) spendAs(ctx context.Context, group Group, operation, caller string, cost int) (Decision, error) {
 	if operation == "" {
 		return Decision{}, errors.New("ratelimit: operation without a name")
 	}
@@ -136,7 +143,13 @@ func (g *Gate) Limit(ctx context.Context, group string, r *http.Request, h http.
 	if r.Pattern == "" {
 		return apperr.InternalError(errors.New("ratelimit: request reached a route without a pattern"))
 	}
-	d, err := g.Spend(ctx, Group(group), r.Pattern, g.ClientAddr(r), 1)
+	var d Decision
+	var err error
+	if key := publicKey(Group(group), r); key != "" {
+		d, err = g.spendAs(ctx, Group(group), r.Pattern, key, 1)
+	} else {
+		d, err = g.Spend(ctx, Group(group), r.Pattern, g.ClientAddr(r), 1)
+	}
 	if err != nil {
 		return apperr.InternalError(err)
 	}
@@ -220,4 +233,22 @@ func ConcurrencyErr(what string, limit int) error {
 		Message:           "too many " + what + " at once (at most " + strconv.Itoa(limit) + "); close one and retry",
 		RetryAfterSeconds: ConcurrencyRetryAfter,
 	}
+}
+
+// publicKey is the caller key of a widgets-public route: the widget in its
+// path (a widget's budget is shared by every customer of the merchant,
+// whichever server or browser asks), or for the checkout capability the
+// checkout token's hash (one customer's page). "" for every other group.
+func publicKey(g Group, r *http.Request) string {
+	if g != WidgetsPublic {
+		return ""
+	}
+	if id := r.PathValue("widgetId"); id != "" {
+		return "widget:" + id
+	}
+	if tok := r.PathValue("token"); tok != "" {
+		sum := sha256.Sum256([]byte(tok))
+		return "checkout:" + hex.EncodeToString(sum[:12])
+	}
+	return ""
 }

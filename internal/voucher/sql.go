@@ -31,6 +31,7 @@ var columns = []string{
 	entvoucher.FieldNetworks, entvoucher.FieldPayments, entvoucher.FieldExtras, entvoucher.FieldPayeeInfo,
 	entvoucher.FieldReceipts, entvoucher.FieldDiscardReason, entvoucher.FieldExpiresAt,
 	entvoucher.FieldSettlement, entvoucher.FieldSettlementNetwork,
+	entvoucher.FieldWidgetID, entvoucher.FieldReference,
 }
 
 var columnList = strings.Join(columns, ", ")
@@ -163,7 +164,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		v                                   ent.Voucher
 		status                              string
 		liveCode, typ, businessID, exchange sql.NullString
-		discardReason                       sql.NullString
+		discardReason, widgetID, reference  sql.NullString
 		version                             int64
 		expected, supplied, networks        []byte
 		payments, extras, payeeInfo, recpts []byte
@@ -178,6 +179,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		&networks, &payments, &extras, &payeeInfo,
 		&recpts, &discardReason, timeCol{&v.ExpiresAt},
 		&settlement, &settlementNetwork,
+		&widgetID, &reference,
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
@@ -189,6 +191,8 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 	v.ExchangeRate = nullString(exchange)
 	v.DiscardReason = nullString(discardReason)
 	v.SettlementNetwork = nullString(settlementNetwork)
+	v.WidgetID = nullString(widgetID)
+	v.Reference = nullString(reference)
 	if typ.Valid {
 		t := entvoucher.Type(typ.String)
 		v.Type = &t

@@ -550,6 +550,12 @@ func (s *Service) Resolve(ctx context.Context, id string, in ResolveInput) (*ent
 	if err != nil {
 		return nil, err
 	}
+	return s.resolve(ctx, p, id, in)
+}
+
+// resolve is Resolve for principal p: a registered user, or a checkout's
+// customer (SubmitCheckoutPayment).
+func (s *Service) resolve(ctx context.Context, p *auth.Principal, id string, in ResolveInput) (*ent.Voucher, error) {
 	if err := checkReceiptsShape(in); err != nil {
 		return nil, s.reject(ctx, p, OpResolve, id, err)
 	}

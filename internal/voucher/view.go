@@ -29,9 +29,12 @@ type Voucher struct {
 	Receipts        []payment.Receipt       `json:"receipts,omitzero"`
 	DiscardReason   *string                 `json:"discardReason,omitempty"`
 	Settlement      *Settlement             `json:"settlement,omitempty"`
-	ExpiresAt       apitime.Time            `json:"expiresAt"`
-	CreatedAt       apitime.Time            `json:"createdAt"`
-	UpdatedAt       apitime.Time            `json:"updatedAt"`
+	// WidgetID and Reference are set on checkouts (internal/widget).
+	WidgetID  *string      `json:"widgetId,omitempty"`
+	Reference *string      `json:"reference,omitempty"`
+	ExpiresAt apitime.Time `json:"expiresAt"`
+	CreatedAt apitime.Time `json:"createdAt"`
+	UpdatedAt apitime.Time `json:"updatedAt"`
 }
 
 // View renders v for REST.
@@ -51,6 +54,8 @@ func View(v *ent.Voucher) *Voucher {
 		Extras:          v.Extras,
 		Receipts:        v.Receipts,
 		DiscardReason:   v.DiscardReason,
+		WidgetID:        v.WidgetID,
+		Reference:       v.Reference,
 		ExpiresAt:       apitime.From(v.ExpiresAt),
 		CreatedAt:       apitime.From(v.CreatedAt),
 		UpdatedAt:       apitime.From(v.UpdatedAt),
@@ -90,6 +95,9 @@ type SettlementTransaction struct {
 	Confirmations   int    `json:"confirmations"`
 	Amount          string `json:"amount,omitempty"`
 }
+
+// SettlementOf is v's settlement as REST shows it (nil before resolve).
+func SettlementOf(v *ent.Voucher) *Settlement { return settlementView(v.Settlement) }
 
 func settlementView(s *payment.Settlement) *Settlement {
 	if s == nil {

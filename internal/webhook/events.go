@@ -69,11 +69,18 @@ const (
 // a voucher that was never redeemed never became a deposit and has no
 // events.
 func (o *Outbox) VoucherChanged(ctx context.Context, tx *ent.Tx, prev, next *ent.Voucher) error {
-	if next == nil || next.BusinessID == nil || prev == nil {
+	if next == nil || next.BusinessID == nil {
 		return nil
 	}
 	var types []string
 	switch {
+	case prev == nil:
+		// A checkout (internal/widget) is born REDEEMED: it is a deposit
+		// from its first row on.
+		if next.Status != voucher.StatusREDEEMED {
+			return nil
+		}
+		types = []string{DepositCreated}
 	case prev.Status == voucher.StatusRESERVED && next.Status == voucher.StatusREDEEMED:
 		types = []string{DepositCreated}
 	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusRESOLVED:

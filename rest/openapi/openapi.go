@@ -80,9 +80,12 @@ func ref(name string) obj { return obj{"$ref": name} }
 
 // complete adds the route table's parts to op.
 func complete(op obj, r rest.Route, comps obj) {
-	if r.Token == "none" {
+	switch r.Token {
+	case "none":
 		op["security"] = []any{}
-	} else {
+	case "widget-client":
+		op["security"] = []any{obj{"clientSecret": []any{}}, obj{"bearerAuth": []any{}}}
+	default:
 		op["security"] = []any{obj{"bearerAuth": []any{}}}
 	}
 	if r.Group != "" {

@@ -70,8 +70,8 @@ func TestCheckFindsDrift(t *testing.T) {
 	if p := openapi.Check(doc, rest.Routes()); len(p) != 0 {
 		t.Fatalf("the source and the routes disagree:\n%s", strings.Join(p, "\n"))
 	}
-	routes := append(rest.Routes(), rest.Route{Method: "POST", Path: "/api/v1/widgets/{widgetId}/create-checkout",
-		Pattern: "POST /api/v1/widgets/{widgetId}/create-checkout", Group: "widgets-public", Token: "none"})
+	routes := append(rest.Routes(), rest.Route{Method: "POST", Path: "/api/v1/widgets/{widgetId}/refund-checkout",
+		Pattern: "POST /api/v1/widgets/{widgetId}/refund-checkout", Group: "widgets-public", Token: "none"})
 	routes = routes[1:] // sign-up no longer routed
 	for i := range routes {
 		if routes[i].Path == "/api/v1/vouchers/{voucherId}" {
@@ -82,7 +82,7 @@ func TestCheckFindsDrift(t *testing.T) {
 	paths["/api/v1/vouchers/sessions/{sessionId}"].(map[string]any)["get"].(map[string]any)["parameters"] = []any{}
 	got := strings.Join(openapi.Check(doc, routes), "\n")
 	for _, want := range []string{
-		`POST /api/v1/widgets/{widgetId}/create-checkout (route "POST /api/v1/widgets/{widgetId}/create-checkout") has no operation: add paths."/api/v1/widgets/{widgetId}/create-checkout".post to rest/openapi.yaml`,
+		`POST /api/v1/widgets/{widgetId}/refund-checkout (route "POST /api/v1/widgets/{widgetId}/refund-checkout") has no operation: add paths."/api/v1/widgets/{widgetId}/refund-checkout".post to rest/openapi.yaml`,
 		"POST /api/v1/auth/sign-up is documented but no route serves it",
 		"GET /api/v1/vouchers/sessions/{sessionId}: path parameters [], the route has [sessionId]",
 	} {

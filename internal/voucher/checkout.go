@@ -1,0 +1,168 @@
+package voucher
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+
+	"github.com/voucherd/voucherd/ent"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/chain"
+	"github.com/voucherd/voucherd/internal/ids"
+)
+
+// CheckoutInput is a checkout as internal/widget hands it over, once it has
+// authorized the caller (the widget's client secret or an ACTIVE member's
+// token), checked that the business and widget are ACTIVE and that the
+// widget accepts the token, and drawn the checkout token.
+type CheckoutInput struct {
+	BusinessID string
+	WidgetID   string
+	// SessionID is the widget's checkout context (never live).
+	SessionID string
+	// Payment is the expected payment: the widget's wallet for its network.
+	Payment   PaymentInput
+	Reference *string
+	// TokenHash is the hash of the checkout token; the token itself is
+	// never stored.
+	TokenHash string
+}
+
+// kindCheckout is the principal that stands for a checkout's customer: the
+// holder of its checkout token. It never comes from a bearer token.
+const kindCheckout auth.Kind = "checkout"
+
+// CreateCheckout creates a business voucher that is REDEEMED at once as
+// SIMPLE with in.Payment: a checkout. Its payee is the widget and its payer
+// a fresh chk_ id standing for whoever holds the checkout token, so the
+// customer resolves it as a payer would (SubmitCheckoutPayment) and nobody
+// else can. deposit.created is recorded in the same transaction.
+func (s *Service) CreateCheckout(ctx context.Context, in CheckoutInput) (*ent.Voucher, error) {
+	var v apperr.Validator
+	p, ok := checkPayment(s.reg, &v, "expectedPayment", &in.Payment)
+	if !ok || v.Failed() {
+		return nil, v.Err()
+	}
+	p.ID = ids.New(ids.Payment)
+	if in.BusinessID == "" || in.WidgetID == "" || in.SessionID == "" || in.TokenHash == "" {
+		return nil, apperr.InternalError(fmt.Errorf("voucher: checkout without business, widget, session or token"))
+	}
+	now := s.clock()
+	payer := ids.New(ids.Checkout)
+	for attempt := 0; attempt < codeDraws; attempt++ {
+		vcode, err := s.newCode()
+		if err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		var created *ent.Voucher
+		err = s.db.Tx(ctx, func(tx *ent.Tx) error {
+			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET live_code = NULL WHERE live_code = ? AND expires_at <= ?"), vcode, now); err != nil {
+				return err
+			}
+			created, err = tx.Voucher.Create().
+				SetCode(vcode).SetLiveCode(vcode).
+				SetStatus(entvoucher.StatusREDEEMED).SetType(entvoucher.TypeSIMPLE).
+				SetSessionID(in.SessionID).SetPayerID(payer).SetPayeeID(in.WidgetID).
+				SetBusinessID(in.BusinessID).SetWidgetID(in.WidgetID).
+				SetNillableReference(in.Reference).SetCheckoutTokenHash(in.TokenHash).
+				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now).
+				Save(ctx)
+			if err != nil {
+				return err
+			}
+			// The payment goes in as redeem writes it (jsonArg): ent's
+			// JSON bytes reach PostgreSQL's jsonb in binary form, which it
+			// refuses.
+			arg, err := jsonArg(s.db.Dialect, p)
+			if err != nil {
+				return err
+			}
+			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET expected_payment = ? WHERE id = ?"), arg, created.ID); err != nil {
+				return err
+			}
+			created.ExpectedPayment = p
+			return s.events.VoucherChanged(ctx, tx, nil, created)
+		})
+		if ent.IsConstraintError(err) {
+			continue // the code is live on another voucher (or, never in practice, the token hash repeats)
+		}
+		if err != nil {
+			return nil, apperr.From(err)
+		}
+		s.published(created)
+		return created, nil
+	}
+	return nil, apperr.InternalError(fmt.Errorf("voucher: no free voucher code after %d draws", codeDraws))
+}
+
+var errNoCheckout = apperr.New(apperr.NotFound, "checkout not found")
+
+// Checkout returns the voucher whose checkout token hashes to tokenHash, as
+// every read shows it (past its expiry it reads DISCARDED, reason expired).
+// An unknown token is not_found.
+func (s *Service) Checkout(ctx context.Context, tokenHash string) (*ent.Voucher, error) {
+	if tokenHash == "" {
+		return nil, errNoCheckout
+	}
+	v, err := s.db.Voucher.Query().Where(entvoucher.CheckoutTokenHash(tokenHash)).Only(ctx)
+	if ent.IsNotFound(err) {
+		return nil, errNoCheckout
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return v, nil
+}
+
+var (
+	evmTxHashRe = regexp.MustCompile(`^0x[0-9a-fA-F]{64}$`)
+)
+
+// checkTxHash is the shape of a transaction id on a network of type typ:
+// evm 0x and 64 hex digits; solana a base58 signature of 64 bytes.
+func checkTxHash(typ, h string) error {
+	switch typ {
+	case chain.TypeEVM:
+		if !evmTxHashRe.MatchString(h) {
+			return fmt.Errorf("must be 0x and 64 hex digits")
+		}
+	case chain.TypeSolana:
+		b, err := chain.DecodeBase58(h)
+		if err != nil || len(b) != 64 {
+			return fmt.Errorf("must be a base58 transaction signature (64 bytes)")
+		}
+	}
+	return nil
+}
+
+// SubmitCheckoutPayment is the customer's receipt for the checkout whose
+// token hashes to tokenHash: it resolves the voucher exactly as its payer
+// would with one receipt naming txHash (no amount: what was paid is for the
+// chain to say). The hash must have its network's shape.
+func (s *Service) SubmitCheckoutPayment(ctx context.Context, tokenHash, txHash string) (*ent.Voucher, error) {
+	v, err := s.Checkout(ctx, tokenHash)
+	if err != nil {
+		return nil, err
+	}
+	var val apperr.Validator
+	switch {
+	case txHash == "":
+		val.Add("transactionHash", "is required")
+	case v.ExpectedPayment != nil:
+		if n, ok := s.reg.Network(v.ExpectedPayment.Network); ok {
+			if err := checkTxHash(n.Type, txHash); err != nil {
+				val.Add("transactionHash", err.Error())
+			}
+		}
+	}
+	if err := val.Err(); err != nil {
+		return nil, err
+	}
+	if v.ExpectedPayment == nil {
+		return nil, apperr.InternalError(fmt.Errorf("voucher: checkout %s has no expected payment", v.ID))
+	}
+	p := &auth.Principal{Kind: kindCheckout, ID: v.PayerID}
+	return s.resolve(ctx, p, v.ID, ResolveInput{Receipts: []ReceiptInput{{PaymentID: v.ExpectedPayment.ID, TransactionHash: &txHash}}})
+}

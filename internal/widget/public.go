@@ -1,0 +1,384 @@
+package widget
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/voucherd/voucherd/ent"
+	entbusiness "github.com/voucherd/voucherd/ent/business"
+	"github.com/voucherd/voucherd/ent/businessuser"
+	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	entwidget "github.com/voucherd/voucherd/ent/widget"
+	"github.com/voucherd/voucherd/internal/apitime"
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/money"
+	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/voucher"
+)
+
+var (
+	errUnauthorized = apperr.New(apperr.Unauthorized, "send the widget's client secret in X-Client-Secret, or a member's bearer token")
+	errInactive     = apperr.New(apperr.BusinessInactive, "the widget or its business is inactive")
+)
+
+// authorize decides whether the caller may use widget id's public
+// operations: with clientSecret (the X-Client-Secret header, "" when
+// absent) that must be the widget's, else with the bearer token of an
+// ACTIVE member of its business. A wrong or missing secret is
+// unauthorized; another widget's secret is not_found (it authenticates, but
+// not for this widget), as is a token of someone who is no member.
+func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.Widget, error) {
+	if clientSecret != "" {
+		if !wellFormedSecret(clientSecret) {
+			return nil, errUnauthorized
+		}
+		h := hashOf(clientSecret)
+		w, err := s.db.Widget.Get(ctx, id)
+		if err != nil && !ent.IsNotFound(err) {
+			return nil, apperr.InternalError(err)
+		}
+		if w != nil && sameHash(w.SecretHash, h) {
+			return w, nil
+		}
+		other, err := s.db.Widget.Query().Where(entwidget.SecretHash(h)).Exist(ctx)
+		if err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		if other {
+			return nil, errNotFound
+		}
+		return nil, errUnauthorized
+	}
+	p := auth.FromContext(ctx)
+	if p == nil {
+		return nil, errUnauthorized
+	}
+	if p.Kind != auth.KindUser {
+		return nil, errNotFound
+	}
+	w, err := s.db.Widget.Get(ctx, id)
+	if ent.IsNotFound(err) {
+		return nil, errNotFound
+	}
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	ok, err := s.db.BusinessUser.Query().Where(businessuser.BusinessID(w.BusinessID), businessuser.UserID(p.ID),
+		businessuser.StatusEQ(businessuser.StatusACTIVE)).Exist(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if !ok {
+		return nil, errNotFound
+	}
+	return w, nil
+}
+
+// AcceptedToken is one token of a widget's config, with what a client
+// needs to ask a wallet for it.
+type AcceptedToken struct {
+	Network         string `json:"network"`
+	Currency        string `json:"currency"`
+	CurrencyAddress string `json:"currencyAddress"`
+	Decimals        int32  `json:"decimals"`
+	ChainID         string `json:"chainId"`
+}
+
+// Config is GET /api/v1/widgets/:widgetId/config.
+type Config struct {
+	ID           string           `json:"id"`
+	Name         string           `json:"name"`
+	BusinessName string           `json:"businessName"`
+	Status       entwidget.Status `json:"status"`
+	Accepts      []AcceptedToken  `json:"accepts"`
+}
+
+// Config returns the widget's public configuration. It answers for an
+// INACTIVE widget too (its status says so).
+func (s *Service) Config(ctx context.Context, id, clientSecret string) (*Config, error) {
+	w, err := s.authorize(ctx, id, clientSecret)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.businessOf(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	out := &Config{ID: w.ID, Name: w.Name, BusinessName: b.Name, Status: w.Status, Accepts: []AcceptedToken{}}
+	for _, a := range w.Accepts {
+		tok, ok := s.reg.Token(a.Network, a.Currency)
+		n, nok := s.reg.Network(a.Network)
+		if !ok || !nok {
+			continue // the registry dropped it since: not accepted any more
+		}
+		out.Accepts = append(out.Accepts, AcceptedToken{
+			Network: tok.Network, Currency: tok.Currency, CurrencyAddress: tok.CurrencyAddress,
+			Decimals: tok.Decimals, ChainID: n.ChainID,
+		})
+	}
+	return out, nil
+}
+
+// CheckoutInput is the create-checkout body.
+type CheckoutInput struct {
+	Network   string  `json:"network"`
+	Currency  string  `json:"currency"`
+	Amount    string  `json:"amount"`
+	Reference *string `json:"reference,omitempty"`
+}
+
+// Checkout is the create-checkout answer. CheckoutURL is absolute when the
+// service knows its public URL, else the path (the door completes it).
+type Checkout struct {
+	ID              string           `json:"id"`
+	CheckoutURL     string           `json:"checkoutUrl"`
+	Status          string           `json:"status"`
+	ExpiresAt       apitime.Time     `json:"expiresAt"`
+	ExpectedPayment *payment.Payment `json:"expectedPayment"`
+	Reference       *string          `json:"reference,omitempty"`
+}
+
+// CheckoutPath is the hosted page of a checkout token.
+func CheckoutPath(token string) string { return "/checkout/" + token }
+
+// CreateCheckout makes a checkout for the widget: a business voucher of its
+// business, REDEEMED as SIMPLE with the widget's wallet for the network,
+// and a checkout token for its hosted page.
+func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, in CheckoutInput) (*Checkout, error) {
+	w, err := s.authorize(ctx, id, clientSecret)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.businessOf(ctx, w)
+	if err != nil {
+		return nil, err
+	}
+	if w.Status != entwidget.StatusACTIVE || b.Status != entbusiness.StatusACTIVE {
+		return nil, errInactive
+	}
+	var v apperr.Validator
+	if v.Check(in.Network != "", "network", "is required") && v.Check(in.Currency != "", "currency", "is required") {
+		accepted := false
+		for _, a := range w.Accepts {
+			accepted = accepted || (a.Network == in.Network && a.Currency == in.Currency)
+		}
+		v.Check(accepted, "currency", fmt.Sprintf("the widget does not accept %s on %s", in.Currency, in.Network))
+	}
+	tok, known := s.reg.Token(in.Network, in.Currency)
+	switch {
+	case in.Amount == "":
+		v.Add("amount", "is required")
+	case known:
+		if d, err := money.Parse(in.Amount, tok.Decimals); err != nil {
+			v.Add("amount", err.Error())
+		} else if !d.IsPositive() {
+			v.Add("amount", "must be greater than zero")
+		}
+	default:
+		if _, err := money.ParseAnyScale(in.Amount); err != nil {
+			v.Add("amount", err.Error())
+		}
+	}
+	if in.Reference != nil {
+		checkReference(&v, *in.Reference)
+	}
+	wallet := ""
+	for _, x := range w.Wallets {
+		if x.Network == in.Network {
+			wallet = x.Address
+		}
+	}
+	if !v.Failed() && (!known || wallet == "") {
+		v.Add("network", "the widget has no wallet on this network")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	token, hash, err := newToken()
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	vch, err := s.vouchers.CreateCheckout(ctx, voucher.CheckoutInput{
+		BusinessID: b.ID, WidgetID: w.ID, SessionID: w.SessionID,
+		Payment: voucher.PaymentInput{
+			Network: tok.Network, Currency: tok.Currency, CurrencyAddress: tok.CurrencyAddress,
+			Amount: in.Amount, Wallet: &voucher.WalletInput{Address: wallet},
+		},
+		Reference: in.Reference, TokenHash: hash,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Checkout{
+		ID: vch.ID, CheckoutURL: s.publicURL + CheckoutPath(token), Status: string(vch.Status),
+		ExpiresAt: apitime.From(vch.ExpiresAt), ExpectedPayment: vch.ExpectedPayment, Reference: vch.Reference,
+	}, nil
+}
+
+func checkReference(v *apperr.Validator, ref string) {
+	switch n := utf8.RuneCountInString(ref); {
+	case !utf8.ValidString(ref):
+		v.Add("reference", "must be valid UTF-8")
+	case n < 1 || n > MaxReferenceLength:
+		v.Add("reference", fmt.Sprintf("must be 1 to %d characters", MaxReferenceLength))
+	case strings.TrimSpace(ref) == "":
+		v.Add("reference", "must not be blank")
+	case strings.ContainsFunc(ref, unicode.IsControl):
+		v.Add("reference", "must not contain control characters")
+	}
+}
+
+// Page statuses: the hosted page's root data-status (DECISIONS.md).
+const (
+	StatusAwaitingPayment = "awaiting_payment"
+	StatusPending         = "pending"
+	StatusConfirmed       = "confirmed"
+	StatusUnderpaid       = "underpaid"
+	StatusOverpaid        = "overpaid"
+	StatusFailed          = "failed"
+	StatusExpired         = "expired"
+)
+
+// PublicCheckout is the checkout's public view: what its token shows (GET
+// /api/v1/checkout/:token, the hosted page, its live events).
+type PublicCheckout struct {
+	ID           string `json:"id"`
+	BusinessName string `json:"businessName"`
+	Amount       string `json:"amount"`
+	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
+	AmountAtomic    string              `json:"amountAtomic"`
+	Currency        string              `json:"currency"`
+	CurrencyAddress string              `json:"currencyAddress"`
+	Decimals        int32               `json:"decimals"`
+	Native          bool                `json:"native"`
+	Network         string              `json:"network"`
+	NetworkType     string              `json:"networkType"`
+	ChainID         string              `json:"chainId"`
+	PayeeAddress    string              `json:"payeeAddress"`
+	Status          string              `json:"status"`
+	Settlement      *voucher.Settlement `json:"settlement"`
+	TransactionHash *string             `json:"transactionHash,omitempty"`
+	ExpiresAt       apitime.Time        `json:"expiresAt"`
+	PaymentURI      string              `json:"paymentUri"`
+	Version         int                 `json:"version"`
+}
+
+// Checkout returns the public view of the checkout of token; an unknown
+// token is not_found.
+func (s *Service) Checkout(ctx context.Context, token string) (*PublicCheckout, error) {
+	v, err := s.vouchers.Checkout(ctx, TokenHash(token))
+	if err != nil {
+		return nil, err
+	}
+	return s.Public(ctx, v)
+}
+
+// SubmitPaymentInput is the submit-payment body.
+type SubmitPaymentInput struct {
+	TransactionHash string `json:"transactionHash"`
+}
+
+// SubmitPayment is the customer's receipt: it resolves the checkout's
+// voucher as its payer would, with the transaction's hash.
+func (s *Service) SubmitPayment(ctx context.Context, token string, in SubmitPaymentInput) (*PublicCheckout, error) {
+	v, err := s.vouchers.SubmitCheckoutPayment(ctx, TokenHash(token), strings.TrimSpace(in.TransactionHash))
+	if err != nil {
+		return nil, err
+	}
+	return s.Public(ctx, v)
+}
+
+// CheckoutVoucher returns the voucher of the checkout token (not_found for
+// an unknown token) with its business's name, for the hosted page and its
+// live events, which render later states with PublicOf.
+func (s *Service) CheckoutVoucher(ctx context.Context, token string) (*ent.Voucher, string, error) {
+	v, err := s.vouchers.Checkout(ctx, TokenHash(token))
+	if err != nil {
+		return nil, "", err
+	}
+	if v.BusinessID == nil || v.ExpectedPayment == nil {
+		return nil, "", apperr.InternalError(fmt.Errorf("widget: voucher %s is not a checkout", v.ID))
+	}
+	name, err := s.db.Business.Query().Where(entbusiness.ID(*v.BusinessID)).Select(entbusiness.FieldName).String(ctx)
+	if err != nil {
+		return nil, "", apperr.InternalError(err)
+	}
+	return v, name, nil
+}
+
+// PublicOf renders a checkout voucher's public view for a known business
+// name (a live event renders each change of the voucher it follows).
+func (s *Service) PublicOf(v *ent.Voucher, businessName string) *PublicCheckout {
+	return s.publicView(v, businessName)
+}
+
+// Public renders a checkout voucher's public view.
+func (s *Service) Public(ctx context.Context, v *ent.Voucher) (*PublicCheckout, error) {
+	if v.ExpectedPayment == nil || v.BusinessID == nil {
+		return nil, apperr.InternalError(fmt.Errorf("widget: voucher %s is not a checkout", v.ID))
+	}
+	name, err := s.db.Business.Query().Where(entbusiness.ID(*v.BusinessID)).Select(entbusiness.FieldName).String(ctx)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	return s.publicView(v, name), nil
+}
+
+func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicCheckout {
+	p := v.ExpectedPayment
+	out := &PublicCheckout{
+		ID: v.ID, BusinessName: businessName, Amount: p.Amount, Currency: p.Currency,
+		CurrencyAddress: p.CurrencyAddress, Network: p.Network, PayeeAddress: p.Wallet.Address,
+		Status: PageStatus(v), Settlement: voucher.SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
+	}
+	if tok, ok := s.reg.Token(p.Network, p.Currency); ok {
+		out.Decimals, out.Native = tok.Decimals, tok.Native
+	}
+	if n, ok := s.reg.Network(p.Network); ok {
+		out.NetworkType, out.ChainID = n.Type, n.ChainID
+	}
+	out.AmountAtomic = atomicAmount(out.Amount, out.Decimals)
+	out.PaymentURI = PaymentURI(out.NetworkType, out.ChainID, out.Native, out.CurrencyAddress, out.PayeeAddress, out.Amount, out.Decimals)
+	for _, r := range v.Receipts {
+		if r.TransactionHash != "" {
+			h := r.TransactionHash
+			out.TransactionHash = &h
+		}
+	}
+	return out
+}
+
+// PageStatus is a checkout's page status: awaiting_payment while it can be
+// paid, expired or failed when it ended unpaid, and once the customer
+// submitted a payment what its settlement says (pending until the chain
+// has confirmed it; DECISIONS.md, "Settlement").
+func PageStatus(v *ent.Voucher) string {
+	switch v.Status {
+	case entvoucher.StatusREDEEMED, entvoucher.StatusRESERVED:
+		return StatusAwaitingPayment
+	case entvoucher.StatusDISCARDED:
+		if v.DiscardReason != nil && *v.DiscardReason == voucher.ReasonExpired {
+			return StatusExpired
+		}
+		return StatusFailed
+	}
+	settlement := ""
+	if v.Settlement != nil {
+		settlement = v.Settlement.Status
+	}
+	switch settlement {
+	case payment.SettlementConfirmed:
+		return StatusConfirmed
+	case payment.SettlementUnderpaid:
+		return StatusUnderpaid
+	case payment.SettlementOverpaid:
+		return StatusOverpaid
+	case payment.SettlementFailed:
+		return StatusFailed
+	}
+	return StatusPending
+}
