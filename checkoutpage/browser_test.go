@@ -17,9 +17,9 @@ import (
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
 
-	"github.com/voucherd/voucherd/internal/testbrowser"
-	"github.com/voucherd/voucherd/internal/testdb"
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testbrowser"
+	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/testdb"
-	"github.com/voucherd/voucherd/internal/testserver"
+	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 )
 
 const (
