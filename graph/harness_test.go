@@ -92,7 +92,7 @@ func newHarness(t testing.TB, dialect string, o harnessOptions) *harness {
 		o.graph.Log = quietLog()
 	}
 	h := graph.NewHandler(&graph.Resolver{
-		Client: db.Client, Sessions: sessions, Vouchers: vouchers, Businesses: businesses, Hub: hub,
+		Sessions: sessions, Vouchers: vouchers, Businesses: businesses, Hub: hub,
 	}, o.graph)
 	srv := httptest.NewServer(auth.Middleware(issuer, h))
 	t.Cleanup(srv.Close)

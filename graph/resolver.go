@@ -4,7 +4,6 @@
 package graph
 
 import (
-	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/identity"
@@ -17,9 +16,10 @@ import (
 
 //go:generate go run github.com/99designs/gqlgen generate --config ../gqlgen.yml
 
-// Resolver holds the services resolvers call.
+// Resolver holds the services resolvers call. It holds no database
+// client: every rule, who may follow what on voucherUpdated included, is
+// a service's.
 type Resolver struct {
-	Client   *ent.Client
 	Identity *identity.Service
 	Sessions *session.Service
 	// Businesses owns businesses and memberships.

@@ -19,9 +19,9 @@ import (
 	"github.com/voucherd/voucherd/graph/wstransport"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
-	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/voucher"
 )
 
 // execSchema wraps the generated schema for two things gqlgen does not do:
@@ -231,12 +231,11 @@ type subRun struct {
 	e   *execSchema
 	r   *Resolver
 	sub *pubsub.Subscription
-	// kind and key are what the subscription follows.
-	kind pubsub.Kind
+	// watch is what the subscription follows.
+	watch voucher.Watch
 	// lean: the transport calls next when the hub has queued something;
 	// next never waits.
 	lean bool
-	key  string
 	last int
 	// checked is when visibility was last checked (monoNow).
 	checked int64
@@ -277,7 +276,7 @@ func (run *subRun) next(ctx context.Context) *graphql.Response {
 			}
 		}
 		v := ev.Voucher
-		if run.kind == pubsub.ByVoucher {
+		if run.watch.Kind == pubsub.ByVoucher {
 			// Never an older version after a newer one; the same one only
 			// when re-sent after a possible loss.
 			if v.Version < run.last || (v.Version == run.last && !ev.Resync) {
@@ -306,12 +305,16 @@ func (run *subRun) recheck(ctx context.Context) error {
 		if p := auth.FromContext(ctx); p != nil {
 			caller = p.ID
 		}
-		checkKey = strconv.Itoa(int(run.kind)) + "|" + run.key + "|" + caller
+		checkKey = strconv.Itoa(int(run.watch.Kind)) + "|" + run.watch.Key + "|" + caller
 		if recent.fresh(checkKey, within) {
 			return nil
 		}
 	}
-	if err := run.r.authorize(ctx, run.kind, run.key); err != nil {
+	// The query runs to its end even if the operation ends meanwhile (it
+	// is short): a query under the operation's context would give that
+	// context a Done channel and a children map, which an idle
+	// subscription would then carry for the rest of its life.
+	if err := run.r.Vouchers.MayFollow(context.WithoutCancel(ctx), run.watch); err != nil {
 		return err
 	}
 	if recent != nil {
@@ -490,47 +493,22 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 	if run == nil || wstransport.ConnFromContext(ctx) == nil {
 		return nil, apperr.New(apperr.ValidationFailed, "subscriptions are served over a websocket on /graphql")
 	}
-	p, err := auth.RequireAny(ctx)
+	w, err := voucher.WatchInput{ID: id, SessionID: sessionID, BusinessID: businessID}.Validate()
 	if err != nil {
 		return nil, err
 	}
-	if !p.ExpiresAt.IsZero() && !time.Now().Before(p.ExpiresAt) {
-		return nil, apperr.New(apperr.Unauthorized, "the token has expired")
-	}
-	given := 0
-	for _, a := range []*string{id, sessionID, businessID} {
-		if a != nil {
-			given++
-		}
-	}
-	if given != 1 {
-		return nil, apperr.Invalid("id", "give exactly one of id, sessionId and businessId")
-	}
-	var (
-		kind pubsub.Kind
-		key  string
-	)
-	switch {
-	case id != nil:
-		kind, key = pubsub.ByVoucher, *id
-	case sessionID != nil:
-		kind, key = pubsub.BySession, *sessionID
-	default:
-		kind, key = pubsub.ByBusiness, *businessID
-	}
 	// Follow first, then read the current state: a change committed in
 	// between arrives too, and the version check drops what is not newer.
-	sub := r.Hub.Subscribe(kind, key)
-	if kind == pubsub.ByVoucher {
-		v, err := r.Vouchers.Get(context.WithoutCancel(ctx), key)
-		if err != nil {
-			sub.Close()
-			return nil, err
-		}
-		run.initial = &pubsub.Event{Voucher: v}
-	} else if err := r.authorize(ctx, kind, key); err != nil {
+	// The load runs to its end even if the operation ends meanwhile (see
+	// subRun.recheck).
+	sub := r.Hub.Subscribe(w.Kind, w.Key)
+	v, err := r.Vouchers.Watch(context.WithoutCancel(ctx), w)
+	if err != nil {
 		sub.Close()
 		return nil, err
+	}
+	if v != nil {
+		run.initial = &pubsub.Event{Voucher: v}
 	}
 	// The mailbox closes when the operation ends. The transport's hook,
 	// unlike context.AfterFunc, keeps nothing of ctx (the field and
@@ -538,32 +516,8 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 	if !wstransport.OnEnd(ctx, sub.Close) {
 		context.AfterFunc(ctx, sub.Close)
 	}
-	run.r, run.sub, run.kind, run.key, run.checked = r, sub, kind, key, monoNow()
+	run.r, run.sub, run.watch, run.checked = r, sub, w, monoNow()
 	return noVouchers, nil
-}
-
-// authorize checks that the caller in ctx may follow key.
-//
-// The query runs to its end even if the operation ends meanwhile (it is
-// short): a query under the operation's context would give that context a
-// Done channel and a children map, which an idle subscription would then
-// carry for the rest of its life. Voucher loads at subscribe do the same.
-func (r *Resolver) authorize(ctx context.Context, kind pubsub.Kind, key string) error {
-	ctx = context.WithoutCancel(ctx)
-	var err error
-	switch kind {
-	case pubsub.ByVoucher:
-		_, err = r.Vouchers.Get(ctx, key)
-	case pubsub.BySession:
-		// Only the session's payer: Get admits its owner alone.
-		_, err = r.Sessions.Get(ctx, key)
-	default:
-		var p *auth.Principal
-		if p, err = auth.RequireUser(ctx); err == nil {
-			_, _, err = business.Membership(ctx, r.Client, key, p.ID)
-		}
-	}
-	return err
 }
 
 // fingerprint names what a subscription's selection renders to: the

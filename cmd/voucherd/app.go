@@ -224,7 +224,6 @@ func (a *App) build(ctx context.Context) error {
 	cors := httpx.NewCORS(cfg.CORSOrigins)
 
 	a.graphql = graph.NewHandler(&graph.Resolver{
-		Client:     db.Client,
 		Identity:   a.Identity,
 		Sessions:   a.Sessions,
 		Businesses: a.Businesses,

@@ -10,7 +10,23 @@ import (
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
 )
+
+// MayFollow reports whether the caller in ctx may follow businessID's
+// voucher changes (a voucherUpdated subscription by businessId): a user
+// who is an ACTIVE member of it, whatever the business's own status (an
+// INACTIVE business's reads go on). Anyone else gets not_found. A
+// subscription asks again while it lives, so a membership made INACTIVE
+// stops it.
+func MayFollow(ctx context.Context, c *ent.Client, businessID string) error {
+	p, err := auth.RequireUser(ctx)
+	if err != nil {
+		return err
+	}
+	_, _, err = Membership(ctx, c, businessID, p.ID)
+	return err
+}
 
 // Membership returns the business and the caller's membership in it when
 // userID is an ACTIVE member; otherwise not_found (non-members learn nothing
