@@ -215,3 +215,106 @@ func TestWebsocketHeaderTokenExpires(t *testing.T) {
 		})
 	}
 }
+
+// Websocket messages breaking the text rules (NUL, invalid UTF-8, a lone
+// surrogate, a repeated key, in the payload or in the message itself)
+// are refused like HTTP bodies, and charged to the same budget as refused
+// documents: a subscribe fails with validation_failed, any other message
+// closes the socket (4400); once the budget is spent the refusal is
+// rate_limit, and the caller's refused HTTP documents are 429 too.
+func TestWebsocketTextRulesSpendRateLimit(t *testing.T) {
+	mode, err := ratelimit.ParseMode("spec")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cip, _ := httpx.NewClientIP(nil)
+	gate := ratelimit.NewGate(ratelimit.New(nil, mode.Table(), nil), mode, cip)
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.Options{RateLimit: gate}})
+	payer := h.device()
+	refused := map[string]string{
+		"NUL in a variable":           `{"type":"subscribe","id":"%s","payload":{"query":"query($id: ID!) { voucher(id: $id) { id } }","variables":{"id":"vch_\u0000"}}}`,
+		"NUL escaped in the document": `{"type":"subscribe","id":"%s","payload":{"query":"{ voucher(id: \"vch_\\u0000\") { id } }"}}`,
+		"invalid UTF-8":               "{\"type\":\"subscribe\",\"id\":\"%s\",\"payload\":{\"query\":\"{ viewer { id } }\",\"operationName\":\"\xff\"}}",
+		"lone surrogate":              `{"type":"subscribe","id":"%s","payload":{"query":"{ viewer { id } }","variables":{"x":"\ud800"}}}`,
+		"repeated key":                `{"type":"subscribe","id":"%s","payload":{"query":"{ viewer { id } }","variables":{"a":1,"a":2}}}`,
+		"repeated payload":            `{"type":"subscribe","id":"%s","payload":{"query":"{ viewer { id } }"},"payload":{"query":"{ voucher(id: \"x\") { id } }"}}`,
+	}
+	limit := ratelimit.SpecTable()[ratelimit.VouchersRead].Limit
+	if len(refused)+3 > limit {
+		t.Fatalf("the budget (%d) leaves no room for the test", limit)
+	}
+	spent := 0
+	for _, proto := range protocols {
+		c := dialWS(t, h.ws, proto)
+		c.init(payer.token)
+		for name, msg := range refused {
+			id := proto + " " + name
+			if proto == legacyWS {
+				msg = strings.Replace(msg, `"type":"subscribe"`, `"type":"start"`, 1)
+			}
+			c.sendRaw(fmt.Sprintf(msg, id))
+			if code := refusal(c, id); code != "validation_failed" {
+				t.Fatalf("%s: %s, want validation_failed", id, code)
+			}
+			spent++
+			if spent == 2 {
+				// The same message without the bad part is served.
+				c.subscribe("fine", `{ viewer { id } }`, nil)
+				var out struct{ Viewer struct{ ID string } }
+				c.result("fine", 5*time.Second, &out)
+				if out.Viewer.ID != payer.p.ID {
+					t.Fatalf("control: %+v", out)
+				}
+				if m := c.next(5 * time.Second); m.Type != "complete" || m.ID != "fine" {
+					t.Fatalf("control: %s %s", m.Type, m.ID)
+				}
+			}
+			if spent == len(refused)+1 {
+				break
+			}
+		}
+	}
+	// A refused message that is not a subscribe, or not JSON at all (a raw
+	// NUL inside a string), breaks the protocol; it is charged all the same.
+	for _, msg := range []string{`{"type":"ping","payload":{"a":1,"a":2}}`, "{\"type\":\"subscribe\",\"id\":\"raw\",\"payload\":{\"query\":\"{ viewer { id } }\x00\"}}"} {
+		c := dialWS(t, h.ws, transportWS)
+		c.init(payer.token)
+		c.sendRaw(msg)
+		if code, _ := c.closed(5 * time.Second); code != 4400 {
+			t.Fatalf("%q: close %d, want 4400", msg, code)
+		}
+		spent++
+	}
+	c := dialWS(t, h.ws, transportWS)
+	c.init(payer.token)
+	for ; spent < limit; spent++ {
+		id := fmt.Sprint("fill ", spent)
+		c.sendRaw(fmt.Sprintf(refused["repeated key"], id))
+		if code := refusal(c, id); code != "validation_failed" {
+			t.Fatalf("%s: %s", id, code)
+		}
+	}
+	c.sendRaw(fmt.Sprintf(refused["NUL in a variable"], "over"))
+	if code := refusal(c, "over"); code != "rate_limit" {
+		t.Fatalf("after the budget: %s, want rate_limit", code)
+	}
+	// The budget is the caller's, whatever the door.
+	b, _ := jsonBody("{ nope }")
+	req, _ := http.NewRequest(http.MethodPost, h.srv.URL+"/graphql", bytes.NewReader(b))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+payer.token)
+	if status, r := h.do(req); status != http.StatusTooManyRequests || r.code() != "rate_limit" {
+		t.Fatalf("HTTP after the websocket spent the budget: %d %s", status, r.raw)
+	}
+}
+
+// refusal is the code operation id was refused with (its error, then its
+// complete, as gqlgen's websocket sends them).
+func refusal(c *wsClient, id string) string {
+	c.t.Helper()
+	code := c.failure(id, 5*time.Second)
+	if m := c.next(5 * time.Second); m.Type != "complete" || m.ID != id {
+		c.t.Fatalf("after the error of %s: %s %s", id, m.Type, m.ID)
+	}
+	return code
+}

@@ -383,6 +383,23 @@ func (l *limits) refused(ctx context.Context) *gqlerror.Error {
 	return nil
 }
 
+// checkMessage applies the JSON text rules (httpx.CheckJSON) to a
+// websocket message, whole; a refused one is charged like a refused
+// document, and once the budget is spent the rate_limit error replaces
+// the refusal. l may be nil (no limits): the rules still apply.
+func (l *limits) checkMessage(ctx context.Context, msg []byte) error {
+	err := httpx.CheckJSON(msg)
+	if err == nil {
+		return nil
+	}
+	if l != nil {
+		if rl := l.refused(ctx); rl != nil {
+			return rl
+		}
+	}
+	return err
+}
+
 var errNoRequest = errors.New("ratelimit: GraphQL request without limiter state")
 
 // isRootField reports whether fc is a field of the operation's root type.

@@ -156,7 +156,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		CheckOrigin:  opts.CheckOrigin,
 		Base:         opts.Base,
 		Log:          opts.Log,
-		CheckPayload: httpx.CheckJSON,
+		CheckMessage: lim.checkMessage,
 	})
 	for _, t := range []graphql.Transport{ws, transport.Options{}, getTransport{metrics: opts.Metrics}, postTransport{metrics: opts.Metrics}} {
 		srv.AddTransport(guardedTransport{Transport: t, lim: lim})

@@ -95,6 +95,16 @@ func (c *wsClient) send(m wsMsg) {
 	}
 }
 
+// sendRaw sends msg as one text message, as is.
+func (c *wsClient) sendRaw(msg string) {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	_ = c.conn.SetWriteDeadline(time.Now().Add(5 * time.Second))
+	if err := c.conn.WriteMessage(websocket.TextMessage, []byte(msg)); err != nil {
+		c.t.Logf("ws write: %v", err)
+	}
+}
+
 func payload(v any) json.RawMessage {
 	b, _ := json.Marshal(v)
 	return b

@@ -139,6 +139,8 @@ type inMsg struct {
 	Type    string          `json:"type"`
 	ID      string          `json:"id"`
 	Payload json.RawMessage `json:"payload"`
+	// refused is why CheckMessage refused it: the operation fails with it.
+	refused error
 }
 
 // readLoop is the connection's one goroutine. It waits for messages until
@@ -192,10 +194,29 @@ func (c *Conn) readMessage(r io.Reader) error {
 		c.awaitingPong = false
 		c.mu.Unlock()
 	}
+	var refused error
+	if check := c.t.opts.CheckMessage; check != nil {
+		// After connection_init, in the caller's context (its principal
+		// keys its budgets), as the operations run.
+		c.mu.Lock()
+		ctx := c.opCtx
+		c.mu.Unlock()
+		if ctx == nil {
+			ctx = c.ctx
+		}
+		refused = check(ctx, b)
+	}
 	var m inMsg
 	if json.Unmarshal(b, &m) != nil {
 		c.protocolError("invalid message")
 		return nil
+	}
+	if refused != nil {
+		if m.ID == "" || !(m.Type == "subscribe" && !c.legacy || m.Type == "start" && c.legacy) {
+			c.protocolError("invalid message")
+			return nil
+		}
+		m.refused = refused
 	}
 	c.handle(&m, start)
 	return nil

@@ -236,6 +236,10 @@ func (c *Conn) startOp(m *inMsg, start time.Time) {
 		c.ready(replaced)
 	}
 	c.t.ops.Add(1)
+	if m.refused != nil {
+		go c.refuseOp(o, m.refused)
+		return
+	}
 	go c.runOp(o, m.Payload, start)
 }
 
@@ -308,13 +312,6 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 			c.recovered(o, rf, ctx, r)
 		}
 	}()
-	if check := c.t.opts.CheckPayload; check != nil {
-		if err := check(payload); err != nil {
-			resp := c.exec.DispatchError(ctx, gqlerror.List{{Message: err.Error(), Err: err}})
-			c.endEarly(o, "error", resp)
-			return
-		}
-	}
 	params := &graphql.RawParams{}
 	dec := json.NewDecoder(bytes.NewReader(payload))
 	dec.UseNumber()
@@ -365,6 +362,23 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 		c.sendResponse(o.id, resp)
 	}
 	c.finish(o)
+}
+
+// refuseOp ends an operation whose message CheckMessage refused, with
+// an error message carrying err.
+func (c *Conn) refuseOp(o *op, err error) {
+	ctx := graphql.StartOperationTrace(o.ctx)
+	defer func() {
+		if r := recover(); r != nil {
+			c.recovered(o, nil, ctx, r)
+		}
+	}()
+	var ge *gqlerror.Error
+	if !errors.As(err, &ge) {
+		ge = &gqlerror.Error{Message: err.Error(), Err: err}
+	}
+	resp := c.exec.DispatchError(ctx, gqlerror.List{ge})
+	c.endEarly(o, "error", resp)
 }
 
 // drain calls a lean operation's handler until it has nothing more to send.

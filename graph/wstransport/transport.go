@@ -119,11 +119,16 @@ type Options struct {
 	// Log receives connection-level events (scheduled closes, clients cut
 	// off for being slow). Never a token or payload.
 	Log *slog.Logger
-	// CheckPayload, when set, vets a subscribe message's raw payload
-	// before it is decoded (the service refuses NUL, invalid UTF-8 and
-	// repeated keys there); an error fails the operation with an error
-	// message carrying it, passed through the server's error presenter.
-	CheckPayload func(payload []byte) error
+	// CheckMessage, when set, vets every inbound message whole before it
+	// is decoded (the service refuses NUL, invalid UTF-8 and repeated keys
+	// there, and charges the refusal to the caller's rate limit). ctx is
+	// the one InitFunc returned once connection_init succeeded, else the
+	// connection's (the upgrade request's values). A refused subscribe
+	// (start) with an id fails that operation with an error message
+	// carrying the error, passed through the server's error presenter;
+	// any other refused message is a protocol error (4400; on the legacy
+	// protocol connection_error and 1002).
+	CheckMessage func(ctx context.Context, msg []byte) error
 }
 
 // Defaults of Options.
