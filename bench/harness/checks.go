@@ -85,6 +85,22 @@ func checks(r *report.Run) []report.Check {
 		}
 	}
 
+	if x, why := get("hostile-refusal"); x == nil {
+		out = append(out, notRun("refused hostile document p99 <= 100 ms", "refusal p99", "100 ms", 1, false, why))
+	} else {
+		out = append(out, report.NewCheck("refused hostile document p99 <= 100 ms", "refusal p99, 2 clients back to back", ms(x.Latency.P99), "ms", "target 100 ms", 100, 1, false))
+	}
+	{
+		target := "REST GET p99 under hostile documents <= 2 x unloaded"
+		loaded, why1 := get("hostile-get-loaded")
+		quiet, why2 := get("hostile-get-quiet")
+		if loaded == nil || quiet == nil {
+			out = append(out, notRun(target, "GET p99 loaded", "GET p99 quiet", 2, false, first(why1, why2)))
+		} else {
+			out = append(out, report.NewCheck(target, "GET p99, 2 clients sending hostile documents", ms(loaded.Latency.P99), "ms", "GET p99 alone", ms(quiet.Latency.P99), 2, false))
+		}
+	}
+
 	if x, why := get("subs-idle"); x == nil {
 		out = append(out, notRun("<= 16 KiB per idle subscription", "RSS per subscription", "16 KiB", 1, false, why))
 	} else if v, ok := figure(x, "memory per subscription (RSS)"); ok {

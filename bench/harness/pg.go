@@ -109,6 +109,9 @@ func (s *pgScenarios) all(ctx context.Context) {
 	if h.want("read") {
 		s.reads(ctx)
 	}
+	if h.want("hostile") {
+		s.hostile(ctx)
+	}
 	if h.want("lifecycle") {
 		h.lifecycle(ctx, "lifecycle-postgres", "lifecycle on PostgreSQL", s.api, s.svc, s.pprof, s.feat)
 	}
