@@ -3,10 +3,12 @@ package rest_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/testsupport/testserver"
@@ -295,5 +297,92 @@ func TestWidgetsEndToEnd(t *testing.T) {
 				t.Fatalf("checkout after widget delete: %d %s", r.Status, r.Body)
 			}
 		})
+	}
+}
+
+// rateLimitLeft reads r (remaining) and t (seconds to the window's end)
+// from a response's RateLimit field for group.
+func rateLimitLeft(t *testing.T, resp *testserver.Response, group string) (left, reset int) {
+	t.Helper()
+	f := resp.Header.Get("RateLimit")
+	if _, err := fmt.Sscanf(f, `"`+group+`";r=%d;t=%d`, &left, &reset); err != nil {
+		t.Fatalf("RateLimit %q: %v", f, err)
+	}
+	return left, reset
+}
+
+// Widgets public is 5 per 300 s counted per widget (and per operation),
+// whoever calls: widget A's exhausted budget leaves widget B's whole, over
+// HTTP against the binary with the spec's limits.
+func TestWidgetsPublicRateLimitIsPerWidget(t *testing.T) {
+	srv := testserver.Start(t, testserver.Options{Dialect: "sqlite", Env: map[string]string{"VOUCHER_RATE_LIMITS": "spec"}})
+	owner := srv.User(t)
+	r := srv.Do(t, "POST", "/api/v1/businesses/create-business", owner.Token, map[string]any{"name": "Acme Coffee"})
+	if r.Status != 200 {
+		t.Fatalf("create-business: %d %s", r.Status, r.Body)
+	}
+	biz := r.Map(t)["id"].(string)
+	widget := func(name string) (id, secret string) {
+		r := srv.Do(t, "POST", "/api/v1/businesses/"+biz+"/widgets/create-widget", owner.Token, widgetBody(name))
+		if r.Status != 200 {
+			t.Fatalf("create-widget: %d %s", r.Status, r.Body)
+		}
+		w := r.Map(t)
+		return w["id"].(string), w["clientSecret"].(string)
+	}
+	a, secretA := widget("A")
+	b, secretB := widget("B")
+	config := func(id, secret string) *testserver.Response {
+		return doSecret(t, srv, "GET", "/api/v1/widgets/"+id+"/config", secret, "", nil)
+	}
+
+	// Windows are fixed (aligned to the epoch): start in a window with
+	// room for the whole test, so its end cannot refill A's budget midway.
+	first := config(a, secretA)
+	if first.Status != 200 {
+		t.Fatalf("config A: %d %s", first.Status, first.Body)
+	}
+	if left, reset := rateLimitLeft(t, first, "widgets-public"); reset < 20 {
+		time.Sleep(time.Duration(reset+1) * time.Second)
+		first = config(a, secretA)
+		if left, _ = rateLimitLeft(t, first, "widgets-public"); left != 4 {
+			t.Fatalf("config A in a new window: %d left, want 4", left)
+		}
+	} else if left != 4 {
+		t.Fatalf("config A: %d left, want 4 (5 per window)", left)
+	}
+	if p := first.Header.Get("RateLimit-Policy"); p != `"widgets-public";q=5;w=300` {
+		t.Fatalf("RateLimit-Policy %q", p)
+	}
+	for i := 3; i >= 0; i-- {
+		r := config(a, secretA)
+		if left, _ := rateLimitLeft(t, r, "widgets-public"); r.Status != 200 || left != i {
+			t.Fatalf("config A, %d left expected: %d %s (RateLimit %q)", i, r.Status, r.Body, r.Header.Get("RateLimit"))
+		}
+	}
+	r = config(a, secretA)
+	if r.Status != 429 || r.Code() != "rate_limit" || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("config A, sixth call: %d %s", r.Status, r.Body)
+	}
+	// Counted per widget, whoever calls: a member's token on A is refused too.
+	r = doSecret(t, srv, "GET", "/api/v1/widgets/"+a+"/config", "", owner.Token, nil)
+	if r.Status != 429 {
+		t.Fatalf("config A with a member's token: %d %s", r.Status, r.Body)
+	}
+	// B's budget is whole.
+	for i := 4; i >= 0; i-- {
+		r := config(b, secretB)
+		if left, _ := rateLimitLeft(t, r, "widgets-public"); r.Status != 200 || left != i {
+			t.Fatalf("config B, %d left expected: %d %s (RateLimit %q)", i, r.Status, r.Body, r.Header.Get("RateLimit"))
+		}
+	}
+	if r := config(b, secretB); r.Status != 429 {
+		t.Fatalf("config B, sixth call: %d %s", r.Status, r.Body)
+	}
+	// Per operation: A's create-checkout has a budget of its own.
+	r = doSecret(t, srv, "POST", "/api/v1/widgets/"+a+"/create-checkout", secretA, "",
+		map[string]any{"network": "ethereum", "currency": "USDC", "amount": "1"})
+	if left, _ := rateLimitLeft(t, r, "widgets-public"); r.Status != 200 || left != 4 {
+		t.Fatalf("create-checkout on A: %d %s (RateLimit %q)", r.Status, r.Body, r.Header.Get("RateLimit"))
 	}
 }
