@@ -4,7 +4,7 @@ import (
 	"net/http"
 
 	"github.com/voucherd/voucherd/internal/identity"
-	"github.com/voucherd/voucherd/internal/session"
+	"github.com/voucherd/voucherd/internal/view"
 )
 
 func (s *server) signUp(w http.ResponseWriter, r *http.Request) error {
@@ -39,7 +39,7 @@ func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, session.View(res))
+	return ok(w, view.OfSession(res))
 }
 
 func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
@@ -47,7 +47,7 @@ func (s *server) getSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, session.View(res))
+	return ok(w, view.OfSession(res))
 }
 
 func (s *server) closeSession(w http.ResponseWriter, r *http.Request) error {
@@ -58,5 +58,5 @@ func (s *server) closeSession(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, session.View(res))
+	return ok(w, view.OfSession(res))
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -37,7 +38,7 @@ func (s *server) reserveVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 // decodeFor decodes a body for op on the path's voucher. A body that does
@@ -59,7 +60,7 @@ func (s *server) redeemVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 func (s *server) negotiateVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -71,7 +72,7 @@ func (s *server) negotiateVoucher(w http.ResponseWriter, r *http.Request) error 
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 func (s *server) resolveVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -83,7 +84,7 @@ func (s *server) resolveVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 func (s *server) discardVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -95,7 +96,7 @@ func (s *server) discardVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 func (s *server) getVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -103,7 +104,7 @@ func (s *server) getVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.View(v))
+	return ok(w, view.OfVoucher(v))
 }
 
 func (s *server) queryVouchers(w http.ResponseWriter, r *http.Request) error {
@@ -119,7 +120,7 @@ func (s *server) queryVouchers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, voucher.Views(vs))
+	return ok(w, view.Vouchers(vs))
 }
 
 // intParam parses an optional integer query parameter ("" is absent).

@@ -41,6 +41,7 @@ import (
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/settlement/networks"
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
@@ -336,7 +337,7 @@ func (a *App) buildWebhooks() {
 		}
 	}
 	a.Outbox = webhook.NewOutbox(a.DB, webhook.OutboxOptions{
-		View: func(v *ent.Voucher) any { return voucher.View(v) },
+		View: func(v *ent.Voucher) any { return view.OfVoucher(v) },
 		Wake: wake,
 	})
 }

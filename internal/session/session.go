@@ -15,7 +15,6 @@ import (
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/vouchersession"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/paging"
@@ -36,15 +35,6 @@ const (
 	StatusExpired = "EXPIRED"
 )
 
-// Session is the view of a voucher session callers get.
-type Session struct {
-	ID        string       `json:"id"`
-	Code      string       `json:"code"`
-	Status    string       `json:"status"`
-	ExpiresAt apitime.Time `json:"expiresAt"`
-	CreatedAt apitime.Time `json:"createdAt"`
-}
-
 // Service owns voucher sessions.
 type Service struct {
 	db  *storage.DB
@@ -62,11 +52,6 @@ func NewService(db *storage.DB, ttl time.Duration, now func() time.Time) *Servic
 	}
 	db.VoucherSession.Intercept(readModel(now))
 	return &Service{db: db, ttl: ttl, now: now}
-}
-
-// View renders a session for REST.
-func View(s *ent.VoucherSession) *Session {
-	return &Session{ID: s.ID, Code: s.Code, Status: string(s.Status), ExpiresAt: apitime.From(s.ExpiresAt), CreatedAt: apitime.From(s.CreatedAt)}
 }
 
 // readModel shows a session past its expiry as EXPIRED on every read, on

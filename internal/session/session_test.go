@@ -13,6 +13,7 @@ import (
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }
@@ -46,9 +47,9 @@ func TestSessionLifecycle(t *testing.T) {
 		if got := s.ExpiresAt.Sub(s.CreatedAt); got != 10*time.Minute {
 			t.Fatalf("lifetime %v", got)
 		}
-		view := session.View(s)
-		if view.Status != "ACTIVE" || view.ID != s.ID {
-			t.Fatalf("view %+v", view)
+		rv := view.OfSession(s)
+		if rv.Status != "ACTIVE" || rv.ID != s.ID {
+			t.Fatalf("view %+v", rv)
 		}
 
 		// Only the owner sees it; anyone else gets not_found.

@@ -26,6 +26,7 @@ import (
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
@@ -118,7 +119,7 @@ func newEnvOn(t testing.TB, db *storage.DB, fin *finance.Service, network string
 	t.Helper()
 	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}}
 	var err error
-	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return voucher.View(v) }, Now: e.clock.Now})
+	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return view.OfVoucher(v) }, Now: e.clock.Now})
 	e.outbox = outbox
 	e.settle, err = settlement.NewService(db, e.fin.Registry(), settlement.Options{
 		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: required}},
@@ -327,9 +328,9 @@ func TestExactPaymentConfirmsAfterNBlocksAndNotBefore(t *testing.T) {
 			t.Fatalf("published settlements %s", got)
 		}
 		// The REST view shows the public fields only.
-		view := voucher.View(e.stored(d))
-		if view.Settlement == nil || view.Settlement.Status != "CONFIRMED" || view.Settlement.Transactions[0].TransactionHash != h {
-			t.Fatalf("view %+v", view.Settlement)
+		rv := view.OfVoucher(e.stored(d))
+		if rv.Settlement == nil || rv.Settlement.Status != "CONFIRMED" || rv.Settlement.Transactions[0].TransactionHash != h {
+			t.Fatalf("view %+v", rv.Settlement)
 		}
 	})
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -131,7 +132,7 @@ func TestNegotiateRules(t *testing.T) {
 			second.Version != first.Version+1 || *second.ExpectedPayment != *simple.ExpectedPayment {
 			t.Fatalf("renegotiated %+v", second)
 		}
-		if v := voucher.View(second); v.SuppliedPayment == nil || v.ExchangeRate == nil {
+		if v := view.OfVoucher(second); v.SuppliedPayment == nil || v.ExchangeRate == nil {
 			t.Fatalf("view lacks the negotiation: %+v", v)
 		}
 

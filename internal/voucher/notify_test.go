@@ -18,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -274,8 +275,8 @@ func TestChangesCarryTheirState(t *testing.T) {
 			}
 			same := func(what string, got, want *ent.Voucher) {
 				t.Helper()
-				g, _ := json.Marshal(voucher.View(got))
-				w, _ := json.Marshal(voucher.View(want))
+				g, _ := json.Marshal(view.OfVoucher(got))
+				w, _ := json.Marshal(view.OfVoucher(want))
 				if string(g) != string(w) || got.PayerID != want.PayerID || got.PayeeID != want.PayeeID {
 					t.Fatalf("%s:\n got %s\nwant %s", what, g, w)
 				}

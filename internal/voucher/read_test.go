@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -207,7 +208,7 @@ func TestExpiryAndSweep(t *testing.T) {
 		if got.Status != entvoucher.StatusDISCARDED || *got.DiscardReason != voucher.ReasonExpired || got.Version != 1 {
 			t.Fatalf("expired read %+v", got)
 		}
-		if v := voucher.View(got); v.Status != "DISCARDED" || *v.DiscardReason != "expired" {
+		if v := view.OfVoucher(got); v.Status != "DISCARDED" || *v.DiscardReason != "expired" {
 			t.Fatalf("expired view %+v", v)
 		}
 		var stored string

@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -184,9 +185,9 @@ func TestRedeemSimpleAndCustom(t *testing.T) {
 		if *read.ExpectedPayment != *exp || read.Version != 2 || !read.UpdatedAt.Equal(got.UpdatedAt) {
 			t.Fatalf("stored %+v, returned %+v", read.ExpectedPayment, exp)
 		}
-		view := voucher.View(read)
-		if *view.Type != "SIMPLE" || view.Networks != nil || view.Extras != nil || view.PayeeInfo != nil {
-			t.Fatalf("SIMPLE view %+v", view)
+		rv := view.OfVoucher(read)
+		if *rv.Type != "SIMPLE" || rv.Networks != nil || rv.Extras != nil || rv.PayeeInfo != nil {
+			t.Fatalf("SIMPLE view %+v", rv)
 		}
 
 		c := f.reserve(p)
@@ -219,7 +220,7 @@ func TestRedeemSimpleAndCustom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := json.Marshal(voucher.View(got))
+		b, _ := json.Marshal(view.OfVoucher(got))
 		if !strings.Contains(string(b), `"extras":[]`) || strings.Contains(string(b), "expectedPayment") || strings.Contains(string(b), "payeeInfo") {
 			t.Fatalf("CUSTOM view %s", b)
 		}

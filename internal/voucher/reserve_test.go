@@ -14,6 +14,7 @@ import (
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -36,9 +37,9 @@ func TestReserve(t *testing.T) {
 		if got := v.ExpiresAt.Sub(f.clock.Now()); got != ttl {
 			t.Fatalf("lifetime %v", got)
 		}
-		view := voucher.View(v)
-		if view.Status != "RESERVED" || view.Type != nil || view.ExpectedPayment != nil || view.Extras != nil {
-			t.Fatalf("view %+v", view)
+		rv := view.OfVoucher(v)
+		if rv.Status != "RESERVED" || rv.Type != nil || rv.ExpectedPayment != nil || rv.Extras != nil {
+			t.Fatalf("view %+v", rv)
 		}
 
 		// A registered user may reserve too (case-insensitive code); it is the payee.
@@ -149,7 +150,7 @@ func TestReserveForBusiness(t *testing.T) {
 		if len(ch) != 1 || ch[0].prev != nil || ch[0].next.ID != v.ID || ch[0].next.Status != entvoucher.StatusRESERVED {
 			t.Fatalf("sink got %+v", ch)
 		}
-		if got := voucher.View(v).BusinessID; got == nil || *got != shop.ID {
+		if got := view.OfVoucher(v).BusinessID; got == nil || *got != shop.ID {
 			t.Fatalf("view businessId %v", got)
 		}
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -48,8 +49,8 @@ func TestResolve(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if view := voucher.View(read); view.Status != "RESOLVED" || len(view.Receipts) != 2 || view.Receipts[0] != want[0] {
-			t.Fatalf("payee sees %+v", view)
+		if rv := view.OfVoucher(read); rv.Status != "RESOLVED" || len(rv.Receipts) != 2 || rv.Receipts[0] != want[0] {
+			t.Fatalf("payee sees %+v", rv)
 		}
 		_, err = f.svc.Resolve(as(p.payer), v.ID, receipts(pid))
 		wantCode(t, err, apperr.AlreadyResolved)
@@ -174,7 +175,7 @@ func TestDiscard(t *testing.T) {
 		if got.Status != entvoucher.StatusDISCARDED || *got.DiscardReason != voucher.ReasonDiscarded || got.Version != 2 || got.LiveCode != nil {
 			t.Fatalf("discarded %+v", got)
 		}
-		if v := voucher.View(got); v.DiscardReason == nil || *v.DiscardReason != "discarded" {
+		if v := view.OfVoucher(got); v.DiscardReason == nil || *v.DiscardReason != "discarded" {
 			t.Fatalf("view %+v", v)
 		}
 		byPayer := f.redeemed(p, "1")

@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -250,21 +251,21 @@ type PublicCheckout struct {
 	BusinessName string `json:"businessName"`
 	Amount       string `json:"amount"`
 	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
-	AmountAtomic    string              `json:"amountAtomic"`
-	Currency        string              `json:"currency"`
-	CurrencyAddress string              `json:"currencyAddress"`
-	Decimals        int32               `json:"decimals"`
-	Native          bool                `json:"native"`
-	Network         string              `json:"network"`
-	NetworkType     string              `json:"networkType"`
-	ChainID         string              `json:"chainId"`
-	PayeeAddress    string              `json:"payeeAddress"`
-	Status          string              `json:"status"`
-	Settlement      *voucher.Settlement `json:"settlement"`
-	TransactionHash *string             `json:"transactionHash,omitempty"`
-	ExpiresAt       apitime.Time        `json:"expiresAt"`
-	PaymentURI      string              `json:"paymentUri"`
-	Version         int                 `json:"version"`
+	AmountAtomic    string           `json:"amountAtomic"`
+	Currency        string           `json:"currency"`
+	CurrencyAddress string           `json:"currencyAddress"`
+	Decimals        int32            `json:"decimals"`
+	Native          bool             `json:"native"`
+	Network         string           `json:"network"`
+	NetworkType     string           `json:"networkType"`
+	ChainID         string           `json:"chainId"`
+	PayeeAddress    string           `json:"payeeAddress"`
+	Status          string           `json:"status"`
+	Settlement      *view.Settlement `json:"settlement"`
+	TransactionHash *string          `json:"transactionHash,omitempty"`
+	ExpiresAt       apitime.Time     `json:"expiresAt"`
+	PaymentURI      string           `json:"paymentUri"`
+	Version         int              `json:"version"`
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
@@ -333,7 +334,7 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicCheckou
 	out := &PublicCheckout{
 		ID: v.ID, BusinessName: businessName, Amount: p.Amount, Currency: p.Currency,
 		CurrencyAddress: p.CurrencyAddress, Network: p.Network, PayeeAddress: p.Wallet.Address,
-		Status: PageStatus(v), Settlement: voucher.SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
+		Status: PageStatus(v), Settlement: view.SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
 	}
 	if tok, ok := s.reg.Token(p.Network, p.Currency); ok {
 		out.Decimals, out.Native = tok.Decimals, tok.Native

@@ -1,4 +1,10 @@
-package voucher
+// Package view holds the JSON views the API answers with: a voucher with
+// its settlement and a session as REST shows them, which the webhook
+// payloads (data.voucher) and the checkout's public view embed too. The
+// domain packages return ent rows and plain values; the doors render them
+// here, so a field's JSON shape is decided once. GraphQL renders from the
+// schema instead (graph/model and the ent types).
+package view
 
 import (
 	"encoding/json"
@@ -37,8 +43,8 @@ type Voucher struct {
 	UpdatedAt apitime.Time `json:"updatedAt"`
 }
 
-// View renders v for REST.
-func View(v *ent.Voucher) *Voucher {
+// OfVoucher renders v for REST.
+func OfVoucher(v *ent.Voucher) *Voucher {
 	out := &Voucher{
 		ID:              v.ID,
 		Code:            v.Code,
@@ -117,11 +123,11 @@ func settlementView(s *payment.Settlement) *Settlement {
 	return out
 }
 
-// Views renders a list for REST (always a JSON array, never null).
-func Views(vs []*ent.Voucher) []*Voucher {
+// Vouchers renders a list for REST (always a JSON array, never null).
+func Vouchers(vs []*ent.Voucher) []*Voucher {
 	out := make([]*Voucher, len(vs))
 	for i, v := range vs {
-		out[i] = View(v)
+		out[i] = OfVoucher(v)
 	}
 	return out
 }
