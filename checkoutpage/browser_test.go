@@ -23,6 +23,7 @@ import (
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 	"github.com/ethereum/go-ethereum/common"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -172,6 +173,68 @@ type shop struct {
 	widget        string
 	secret        string
 	network, coin string
+	hooks         *hooks
+}
+
+// hooks is the business's webhook receiver: every delivery is checked
+// with the Standard Webhooks library against the endpoint's signing secret.
+type hooks struct {
+	mu      sync.Mutex
+	wh      *standardwebhooks.Webhook
+	got     map[string][]string // voucher id → event types that verified, in order
+	bad     []string
+	changed chan struct{}
+}
+
+func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, _ := io.ReadAll(r.Body)
+	var p struct {
+		Type string `json:"type"`
+		Data struct {
+			VoucherID  string `json:"voucherId"`
+			PaidAmount string `json:"paidAmount"`
+		} `json:"data"`
+	}
+	h.mu.Lock()
+	if err := h.wh.Verify(body, r.Header); err != nil || json.Unmarshal(body, &p) != nil {
+		h.bad = append(h.bad, fmt.Sprintf("%v: %s", err, body))
+	} else {
+		h.got[p.Data.VoucherID] = append(h.got[p.Data.VoucherID], p.Type+" "+p.Data.PaidAmount)
+	}
+	h.mu.Unlock()
+	select {
+	case h.changed <- struct{}{}:
+	default:
+	}
+	w.WriteHeader(http.StatusOK)
+}
+
+// wait waits until the receiver has exactly want for voucher id, in any
+// order (deliveries are concurrent; each carries its own createdAt), each
+// delivery verified; it wakes at each delivery.
+func (h *hooks) wait(t *testing.T, id string, want ...string) {
+	t.Helper()
+	deadline := time.After(20 * time.Second)
+	sort.Strings(want)
+	for {
+		h.mu.Lock()
+		types := append([]string(nil), h.got[id]...)
+		bad := h.bad
+		h.mu.Unlock()
+		sort.Strings(types)
+		got := strings.Join(types, ", ")
+		if len(bad) > 0 {
+			t.Fatalf("deliveries that do not verify: %v", bad)
+		}
+		if got == strings.Join(want, ", ") {
+			return
+		}
+		select {
+		case <-h.changed:
+		case <-deadline:
+			t.Fatalf("webhooks for %s: got [%s], want [%s]", id, got, strings.Join(want, ", "))
+		}
+	}
 }
 
 func newShop(t *testing.T, srv *testserver.Server, network string) *shop {
@@ -191,7 +254,20 @@ func newShop(t *testing.T, srv *testserver.Server, network string) *shop {
 		t.Fatalf("create-widget: %d %s", r.Status, r.Body)
 	}
 	w := r.Map(t)
-	return &shop{srv: srv, owner: owner, widget: w["id"].(string), secret: w["clientSecret"].(string), network: network, coin: "USDC"}
+	h := &hooks{got: map[string][]string{}, changed: make(chan struct{}, 1)}
+	rcv := httptest.NewServer(h)
+	t.Cleanup(rcv.Close)
+	r = srv.Do(t, "POST", "/api/v1/businesses/"+biz+"/webhook-endpoints/create-endpoint", owner.Token, map[string]any{
+		"url": rcv.URL + "/hooks", "events": []string{"deposit.created", "deposit.pending", "deposit.confirmed", "deposit.underpaid"},
+	})
+	if r.Status != 200 {
+		t.Fatalf("create-endpoint: %d %s", r.Status, r.Body)
+	}
+	var err error
+	if h.wh, err = standardwebhooks.NewWebhook(r.Map(t)["signingSecret"].(string)); err != nil {
+		t.Fatal(err)
+	}
+	return &shop{srv: srv, owner: owner, widget: w["id"].(string), secret: w["clientSecret"].(string), network: network, coin: "USDC", hooks: h}
 }
 
 // checkout is one checkout: its voucher and its capability token.
@@ -613,6 +689,8 @@ func onChain(t *testing.T, b *testbrowser.Browser, dialect string, lat *latencie
 		shot(t, tb, name("pending"))
 		lat.confirm(t, c, s, tb, co, "confirmed", "CONFIRMED", "12.5")
 		shot(t, tb, name("confirmed"))
+		// The merchant learns it from its signed webhooks, each once.
+		s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 12.5", "deposit.confirmed 12.5")
 		tb.Run(t, chromedp.Navigate(srv.URL+"/checkout/"+co.token), chromedp.WaitVisible(`[data-message]`))
 		if st := state(t, tb); st.Status != "confirmed" || !strings.Contains(st.Message, "Paid") || st.TxHash != hash {
 			t.Fatalf("after a reload: %+v", st)
@@ -646,6 +724,7 @@ func onChain(t *testing.T, b *testbrowser.Browser, dialect string, lat *latencie
 		shot(t, tb, name("wallet_pending"))
 		lat.confirm(t, c, s, tb, co, "confirmed", "CONFIRMED", "7.25")
 		shot(t, tb, name("wallet_confirmed"))
+		s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 7.25", "deposit.confirmed 7.25")
 	})
 
 	if dialect != storage.SQLite {
@@ -663,6 +742,7 @@ func onChain(t *testing.T, b *testbrowser.Browser, dialect string, lat *latencie
 			t.Fatalf("underpaid: %+v", st)
 		}
 		shot(t, tb, name("underpaid"))
+		s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 4", "deposit.underpaid 4")
 	})
 
 	t.Run("settlement changes reach the open page", func(t *testing.T) {
