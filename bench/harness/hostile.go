@@ -5,10 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/voucherd/voucherd/bench/proc"
 	"github.com/voucherd/voucherd/bench/report"
 	"github.com/voucherd/voucherd/bench/stats"
 )
@@ -105,26 +107,69 @@ func (s *pgScenarios) hostile(ctx context.Context) {
 
 	refusals, quiet, loaded := stats.NewRecorder(0), stats.NewRecorder(0), stats.NewRecorder(0)
 	var tRefusals, tQuiet, tLoaded time.Duration
+	// The service's CPU time and the machine's busy share, per side.
+	var cpuQuiet, cpuLoaded time.Duration
+	var busyQuiet, ticksQuiet, busyLoaded, ticksLoaded uint64
+	pid := s.svc.Pid()
+	measure := func(cpu *time.Duration, busy, ticks *uint64, run func()) {
+		c0, _ := proc.CPU(pid)
+		b0, t0, _ := proc.MachineCPU()
+		run()
+		c1, _ := proc.CPU(pid)
+		b1, t1, _ := proc.MachineCPU()
+		*cpu += c1 - c0
+		*busy += b1 - b0
+		*ticks += t1 - t0
+	}
 	slice := h.cfg.Duration / readSlices
 	prof := s.profile("hostile")
 	for n := 0; n < readSlices && ctx.Err() == nil; n++ {
-		tQuiet += runLoop(ctx, 1, slice, getOp, quiet)
-		var wg sync.WaitGroup
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			tRefusals += runLoop(ctx, attackers, slice, attackOp, refusals)
-		}()
-		tLoaded += runLoop(ctx, 1, slice, getOp, loaded)
-		wg.Wait()
+		measure(&cpuQuiet, &busyQuiet, &ticksQuiet, func() { tQuiet += runLoop(ctx, 1, slice, getOp, quiet) })
+		measure(&cpuLoaded, &busyLoaded, &ticksLoaded, func() {
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tRefusals += runLoop(ctx, attackers, slice, attackOp, refusals)
+			}()
+			tLoaded += runLoop(ctx, 1, slice, getOp, loaded)
+			wg.Wait()
+		})
 	}
 	prof()
+	share := func(busy, ticks uint64) float64 {
+		if ticks == 0 {
+			return -1
+		}
+		return float64(busy) / float64(ticks)
+	}
+	serviceCPU := func(cpu, elapsed time.Duration) report.Figure {
+		return report.Figure{Name: "service CPU (cores)", Value: float64(cpu) / float64(max(elapsed, 1)), Unit: "cores"}
+	}
+	load := report.Figure{Name: "machine load average (1 min) at the end", Value: loadAverage(), Unit: ""}
 	note := fmt.Sprintf("%d slices of %s; the quiet and the loaded GET take turns", readSlices, slice)
 	rs := refusals.Summary(tRefusals)
 	h.add(&report.Result{ID: ids[0].id, Group: "hostile", Name: ids[0].name, Unit: "req", Latency: &rs,
-		Notes: []string{note, fmt.Sprintf("%d bodies in turn: fragments spreading twice per level (40 levels), 1,400 and 2,700 repeated fields, a NUL in a variable, a repeated key; no token; rate limits off", len(bodies))}})
+		Figures: []report.Figure{{Name: "process CPU per refusal (with the loaded GET's share)", Value: float64(cpuLoaded) / float64(max(rs.Count, 1)) / float64(time.Microsecond), Unit: "µs"}},
+		Notes:   []string{note, fmt.Sprintf("%d bodies in turn: fragments spreading twice per level (40 levels), 1,400 and 2,700 repeated fields, a NUL in a variable, a repeated key; no token; rate limits off", len(bodies))}})
 	qs := quiet.Summary(tQuiet)
-	h.add(&report.Result{ID: ids[1].id, Group: "hostile", Name: ids[1].name, Unit: "req", Latency: &qs, Notes: []string{note}})
+	h.add(&report.Result{ID: ids[1].id, Group: "hostile", Name: ids[1].name, Unit: "req", Latency: &qs, Notes: []string{note},
+		Figures: []report.Figure{serviceCPU(cpuQuiet, tQuiet), busyFigure(share(busyQuiet, ticksQuiet))}})
 	ls := loaded.Summary(tLoaded)
-	h.add(&report.Result{ID: ids[2].id, Group: "hostile", Name: ids[2].name, Unit: "req", Latency: &ls, Notes: []string{note}})
+	h.add(&report.Result{ID: ids[2].id, Group: "hostile", Name: ids[2].name, Unit: "req", Latency: &ls, Notes: []string{note},
+		Figures: []report.Figure{serviceCPU(cpuLoaded, tLoaded), busyFigure(share(busyLoaded, ticksLoaded)), load}})
+}
+
+// loadAverage is the machine's 1-minute load average (-1 if unknown): on
+// a machine shared with other work, the GET's p99 measures that work too.
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	var v float64
+	if _, err := fmt.Sscanf(string(b), "%g", &v); err != nil {
+		return -1
+	}
+	return v
 }
