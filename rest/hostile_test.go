@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorilla/websocket"
+
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/testsupport/testserver"
@@ -126,6 +128,40 @@ func TestHostileInputCatalogue(t *testing.T) {
 				if got != c.code || (c.status != 0 && resp.Status != c.status) || resp.Status >= 500 {
 					t.Errorf("%s: %d %q, want %d %q: %.300s", c.name, resp.Status, got, c.status, c.code, resp.Body)
 				}
+			}
+			// The websocket door: the same classes as messages on an open
+			// socket, a mutation that would close the payer's session among
+			// them (were the repeated key's last value, or the second
+			// payload, taken). Each is refused within the bound, the socket
+			// stays up, and nothing is stored.
+			ws := openSocket(t, srv, payer.Token, false)
+			closeSes := `mutation($id: ID!) { closeSession(id: $id) { id } }`
+			wsCases := []struct{ name, msg string }{
+				{"repeated variable", `{"type":"subscribe","id":"%s","payload":{"query":"` + closeSes + `","variables":{"id":"x","id":"` + sesID + `"}}}`},
+				{"repeated payload", `{"type":"subscribe","id":"%s","payload":{"query":"{ viewer { id } }"},"payload":{"query":"` + closeSes + `","variables":{"id":"` + sesID + `"}}}`},
+				{"NUL in a variable", `{"type":"subscribe","id":"%s","payload":{"query":"` + closeSes + `","variables":{"id":"` + sesID + `\u0000"}}}`},
+				{"invalid UTF-8 in a variable", "{\"type\":\"subscribe\",\"id\":\"%s\",\"payload\":{\"query\":\"" + closeSes + "\",\"variables\":{\"id\":\"\xc3\"}}}"},
+				{"escaped NUL in the document", `{"type":"subscribe","id":"%s","payload":{"query":"mutation { closeSession(id: \"` + sesID + `\\u0000\") { id } }"}}`},
+				{"fragments spreading each other", `{"type":"subscribe","id":"%s","payload":{"query":` + jsonString(fragmentBomb(40)) + `}}`},
+				{"repeated identical fields", `{"type":"subscribe","id":"%s","payload":{"query":"{` + strings.Repeat(` viewer { __typename }`, 2700) + `}"}}`},
+			}
+			for i, c := range wsCases {
+				id := fmt.Sprint("h", i)
+				start := time.Now()
+				if err := ws.c.WriteMessage(websocket.TextMessage, []byte(fmt.Sprintf(c.msg, id))); err != nil {
+					t.Fatalf("websocket %s: %v", c.name, err)
+				}
+				m := ws.answer(id)
+				if took := time.Since(start); took > time.Second {
+					t.Errorf("websocket %s: answered after %v", c.name, took)
+				}
+				if !strings.Contains(string(m.Payload), `"validation_failed"`) {
+					t.Errorf("websocket %s: %s %s", c.name, m.Type, m.Payload)
+				}
+			}
+			ws.query("alive", `{ viewer { id } }`)
+			if m := ws.answer("alive"); m.Type != "next" || !strings.Contains(string(m.Payload), payer.ID) {
+				t.Fatalf("the socket after the catalogue: %s %s", m.Type, m.Payload)
 			}
 			if after := snapshot(t, db.SQL, db.IsPostgres()); after != before {
 				t.Fatalf("stored state changed:\nbefore %s\nafter  %s", before, after)
