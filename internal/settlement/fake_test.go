@@ -23,6 +23,9 @@ type fakeChain struct {
 	down   bool
 	// calls counts round trips; asked counts the items asked for.
 	calls, asked int
+	// afterHead, when set, runs once after Head answers (a block arriving
+	// between two round trips of one poll).
+	afterHead func()
 }
 
 func newFakeChain() *fakeChain {
@@ -104,8 +107,13 @@ func (c *fakeChain) Head(context.Context) (uint64, error) {
 		return 0, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.head, nil
+	head, after := c.head, c.afterHead
+	c.afterHead = nil
+	c.mu.Unlock()
+	if after != nil {
+		after()
+	}
+	return head, nil
 }
 
 func (c *fakeChain) Transactions(_ context.Context, hashes []string) ([]settlement.Tx, error) {

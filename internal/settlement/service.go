@@ -64,7 +64,10 @@ func (n Network) Validate() error {
 // transaction that makes the change (the webhook outbox). It decides which
 // vouchers have deposits (business vouchers only).
 type EventRecorder interface {
-	SettlementChanged(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types []string) error
+	// SettlementsChanged records the events of the settlement changes
+	// written in one transaction (types[i] are vs[i]'s), in a few
+	// statements rather than a few per voucher.
+	SettlementsChanged(ctx context.Context, tx *ent.Tx, vs []*ent.Voucher, types [][]string) error
 }
 
 // Options are the service's collaborators.

@@ -97,6 +97,8 @@ type env struct {
 	outbox   *webhook.Outbox
 	member   *auth.Principal
 	biz      *ent.Business
+	// confirmations is the network's required count.
+	confirmations int
 }
 
 var hashes atomic.Int64
@@ -117,12 +119,18 @@ func newEnv(t testing.TB, db *storage.DB, chain *fakeChain) *env {
 // newEnvOn is an env whose network is verified on c.
 func newEnvOn(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain) *env {
 	t.Helper()
-	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}}
+	return newEnvConfirming(t, db, fin, network, c, required)
+}
+
+// newEnvConfirming is newEnvOn with another confirmation count.
+func newEnvConfirming(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain, confirmations int) *env {
+	t.Helper()
+	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}, confirmations: confirmations}
 	var err error
 	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return view.OfVoucher(v) }, Now: e.clock.Now})
 	e.outbox = outbox
 	e.settle, err = settlement.NewService(db, e.fin.Registry(), settlement.Options{
-		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: required}},
+		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: confirmations}},
 		Events:   outbox, Publisher: e.pub, Now: e.clock.Now,
 	})
 	if err != nil {
@@ -211,7 +219,7 @@ func (e *env) mustResolve(d deal, hashes ...string) *ent.Voucher {
 		e.t.Fatal(err)
 	}
 	if v.Status != entvoucher.StatusRESOLVED || v.Settlement == nil || !v.Settlement.Verified ||
-		v.Settlement.Status != payment.SettlementPending || v.Settlement.RequiredConfirmations != required {
+		v.Settlement.Status != payment.SettlementPending || v.Settlement.RequiredConfirmations != e.confirmations {
 		e.t.Fatalf("resolved %+v with settlement %+v", v, v.Settlement)
 	}
 	return v
@@ -331,6 +339,25 @@ func TestExactPaymentConfirmsAfterNBlocksAndNotBefore(t *testing.T) {
 		rv := view.OfVoucher(e.stored(d))
 		if rv.Settlement == nil || rv.Settlement.Status != "CONFIRMED" || rv.Settlement.Transactions[0].TransactionHash != h {
 			t.Fatalf("view %+v", rv.Settlement)
+		}
+	})
+}
+
+// A block made between a poll's head round trip and its transactions
+// round trip holds the payment: it counts one confirmation, never 0 (seen
+// on the real binary against the simulated chain).
+func TestBlockMadeMidPollCountsOneConfirmation(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *storage.DB) {
+		e := newEnv(t, db, newFakeChain())
+		d := e.redeemed(tokenBody("ethereum", "USDC", usdcChecked, "10"))
+		h := newHash()
+		e.mustResolve(d, h)
+		var block uint64
+		e.chain.afterHead = func() { block = e.chain.mine(tokenTx(h, credit(usdc, payee, units("10", 6)))) }
+		e.poll()
+		st := e.want(d, payment.SettlementPending, "10", webhook.DepositPending)
+		if tx := st.Transactions[0]; tx.Status != payment.TxMined || tx.Confirmations != 1 || st.Confirmations != 1 || *tx.BlockNumber != int64(block) {
+			t.Fatalf("settlement %+v, transaction %+v", st, tx)
 		}
 	})
 }

@@ -1,11 +1,13 @@
 package settlement
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"slices"
 	"sync"
 	"time"
 
@@ -186,6 +188,13 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 		}
 		for i, h := range lookups {
 			obs.txs[h] = txs[i]
+			// A block made between the head's round trip and this one:
+			// the chain is at least as high as a block holding one of
+			// ours (else a payment mined there would count 0
+			// confirmations, head - block + 1).
+			if txs[i].Found && txs[i].BlockNumber > obs.head {
+				obs.head = txs[i].BlockNumber
+			}
 		}
 	}
 	now := s.now()
@@ -205,8 +214,19 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			changes = append(changes, change{v: v, next: next, events: events})
 		}
 	}
+	// Changes that cause events (a payment first mined, a verdict) commit
+	// first, in their own transactions, so their deliveries do not wait
+	// behind the confirmation counts every new block moves on every other
+	// pending settlement.
+	slices.SortStableFunc(changes, func(a, b change) int {
+		return cmp.Compare(len(b.events), len(a.events))
+	})
 	for len(changes) > 0 {
 		k := min(len(changes), batchSize)
+		if len(changes[0].events) > 0 {
+			for k = 0; k < len(changes) && k < batchSize && len(changes[k].events) > 0; k++ {
+			}
+		}
 		if err := s.commit(ctx, changes[:k], now); err != nil {
 			errs = append(errs, err)
 		}
@@ -218,7 +238,7 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 // batchSize bounds how many settlement changes share one database
 // transaction: a block that confirms a thousand payments commits a few
 // times, not a thousand (the commit, not the statements, is what costs).
-const batchSize = 250
+const batchSize = 1000
 
 // change is one voucher's settlement change, judged from one poll.
 type change struct {
@@ -253,6 +273,8 @@ func (s *Service) commit(ctx context.Context, cs []change, now time.Time) error 
 	written := make([]*ent.Voucher, 0, len(cs))
 	err := s.db.Tx(ctx, func(tx *ent.Tx) error {
 		written = written[:0]
+		var evVouchers []*ent.Voucher
+		var evTypes [][]string
 		for _, c := range cs {
 			val, err := json.Marshal(c.next)
 			if err != nil {
@@ -276,12 +298,13 @@ func (s *Service) commit(ctx context.Context, cs []change, now time.Time) error 
 			if c.next.Final() {
 				nv.SettlementNetwork = nil
 			}
-			if s.events != nil && len(c.events) > 0 {
-				if err := s.events.SettlementChanged(ctx, tx, &nv, c.events); err != nil {
-					return err
-				}
+			if len(c.events) > 0 {
+				evVouchers, evTypes = append(evVouchers, &nv), append(evTypes, c.events)
 			}
 			written = append(written, &nv)
+		}
+		if s.events != nil && len(evVouchers) > 0 {
+			return s.events.SettlementsChanged(ctx, tx, evVouchers, evTypes)
 		}
 		return nil
 	})

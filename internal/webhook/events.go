@@ -192,61 +192,107 @@ type PayloadData struct {
 }
 
 func (o *Outbox) record(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types []string) error {
-	if len(types) == 0 {
-		return nil
+	return o.recordAll(ctx, tx, []Change{{Voucher: v, Types: types}})
+}
+
+// Change is one business voucher's new state and the deposit event types
+// it causes.
+type Change struct {
+	Voucher *ent.Voucher
+	Types   []string
+}
+
+// SettlementsChanged records the deposit events of several settlement
+// changes written in one transaction (a block that confirms a thousand
+// payments): the endpoints are read once per business and the events and
+// deliveries are inserted in a few multi-row statements, not a few per
+// voucher. Vouchers without a business have no deposits and are skipped.
+// types[i] are vs[i]'s event types.
+func (o *Outbox) SettlementsChanged(ctx context.Context, tx *ent.Tx, vs []*ent.Voucher, types [][]string) error {
+	keep := make([]Change, 0, len(vs))
+	for i, v := range vs {
+		if v != nil && v.BusinessID != nil && len(types[i]) > 0 {
+			keep = append(keep, Change{Voucher: v, Types: types[i]})
+		}
 	}
-	businessID := *v.BusinessID
+	return o.recordAll(ctx, tx, keep)
+}
+
+// bulkRows bounds the rows of one multi-row INSERT (PostgreSQL takes at
+// most 65,535 parameters in a statement, SQLite 32,766).
+const bulkRows = 500
+
+func (o *Outbox) recordAll(ctx context.Context, tx *ent.Tx, cs []Change) error {
 	now := o.now().UTC().Truncate(time.Millisecond)
-	s := depositOf(v)
-	view := o.view(v)
-
-	endpoints, err := tx.WebhookEndpoint.Query().
-		Where(
-			webhookendpoint.BusinessID(businessID),
-			webhookendpoint.Enabled(true),
-			webhookendpoint.HasBusinessWith(entbusiness.StatusEQ(entbusiness.StatusACTIVE)),
-		).
-		Select(webhookendpoint.FieldID, webhookendpoint.FieldEvents).
-		All(ctx)
-	if err != nil {
-		return fmt.Errorf("webhook: load endpoints: %w", err)
-	}
-
-	events := make([]*ent.EventCreate, 0, len(types))
+	endpointsOf := map[string][]*ent.WebhookEndpoint{}
+	var events []*ent.EventCreate
 	var deliveries []*ent.WebhookDeliveryCreate
-	for _, t := range types {
-		id := ids.New(ids.Event)
-		p := Payload{ID: id, Type: t, CreatedAt: apitime.From(now), Data: PayloadData{
-			BusinessID: businessID, VoucherID: v.ID, VoucherVersion: v.Version,
-			Network: s.network, Currency: s.currency, ExpectedAmount: s.due, Voucher: view,
-		}}
-		if t != DepositCreated && t != DepositExpired && t != DepositFailed {
-			p.Data.PaidAmount = s.paid
+	for _, c := range cs {
+		v, types := c.Voucher, c.Types
+		if len(types) == 0 {
+			continue
 		}
-		body, err := json.Marshal(p)
-		if err != nil {
-			return fmt.Errorf("webhook: encode event: %w", err)
-		}
-		events = append(events, tx.Event.Create().
-			SetID(id).SetBusinessID(businessID).SetVoucherID(v.ID).SetVoucherVersion(v.Version).
-			SetType(t).SetPayload(body).SetCreatedAt(now))
-		for _, e := range endpoints {
-			if !subscribed(e, t) {
-				continue
+		businessID := *v.BusinessID
+		endpoints, ok := endpointsOf[businessID]
+		if !ok {
+			var err error
+			endpoints, err = tx.WebhookEndpoint.Query().
+				Where(
+					webhookendpoint.BusinessID(businessID),
+					webhookendpoint.Enabled(true),
+					webhookendpoint.HasBusinessWith(entbusiness.StatusEQ(entbusiness.StatusACTIVE)),
+				).
+				Select(webhookendpoint.FieldID, webhookendpoint.FieldEvents).
+				All(ctx)
+			if err != nil {
+				return fmt.Errorf("webhook: load endpoints: %w", err)
 			}
-			deliveries = append(deliveries, tx.WebhookDelivery.Create().
-				SetBusinessID(businessID).SetEndpointID(e.ID).SetEventID(id).SetEventType(t).
-				SetNextAttemptAt(now).SetCreatedAt(now).SetUpdatedAt(now))
+			endpointsOf[businessID] = endpoints
+		}
+		s := depositOf(v)
+		view := o.view(v)
+		for _, t := range types {
+			id := ids.New(ids.Event)
+			p := Payload{ID: id, Type: t, CreatedAt: apitime.From(now), Data: PayloadData{
+				BusinessID: businessID, VoucherID: v.ID, VoucherVersion: v.Version,
+				Network: s.network, Currency: s.currency, ExpectedAmount: s.due, Voucher: view,
+			}}
+			if t != DepositCreated && t != DepositExpired && t != DepositFailed {
+				p.Data.PaidAmount = s.paid
+			}
+			body, err := json.Marshal(p)
+			if err != nil {
+				return fmt.Errorf("webhook: encode event: %w", err)
+			}
+			events = append(events, tx.Event.Create().
+				SetID(id).SetBusinessID(businessID).SetVoucherID(v.ID).SetVoucherVersion(v.Version).
+				SetType(t).SetPayload(body).SetCreatedAt(now))
+			for _, e := range endpoints {
+				if !subscribed(e, t) {
+					continue
+				}
+				deliveries = append(deliveries, tx.WebhookDelivery.Create().
+					SetBusinessID(businessID).SetEndpointID(e.ID).SetEventID(id).SetEventType(t).
+					SetNextAttemptAt(now).SetCreatedAt(now).SetUpdatedAt(now))
+			}
 		}
 	}
-	if err := tx.Event.CreateBulk(events...).Exec(ctx); err != nil {
-		return fmt.Errorf("webhook: write events: %w", err)
+	for len(events) > 0 {
+		k := min(len(events), bulkRows)
+		if err := tx.Event.CreateBulk(events[:k]...).Exec(ctx); err != nil {
+			return fmt.Errorf("webhook: write events: %w", err)
+		}
+		events = events[k:]
 	}
 	if len(deliveries) == 0 {
 		return nil
 	}
-	if err := tx.WebhookDelivery.CreateBulk(deliveries...).Exec(ctx); err != nil {
-		return fmt.Errorf("webhook: queue deliveries: %w", err)
+	for rest := deliveries; len(rest) > 0; {
+		k := min(len(rest), bulkRows)
+		if err := tx.WebhookDelivery.CreateBulk(rest[:k]...).Exec(ctx); err != nil {
+			return fmt.Errorf("webhook: queue deliveries: %w", err)
+		}
+		rest = rest[k:]
 	}
 	if o.wake != nil {
 		wake := o.wake
