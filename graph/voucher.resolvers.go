@@ -9,10 +9,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph/generated"
+	"github.com/voucherd/voucherd/graph/model"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
@@ -88,6 +91,21 @@ func (r *ratesResolver) UpdatedAt(ctx context.Context, obj *finance.Rates) (*tim
 		return nil, fmt.Errorf("rates: updatedAt %q: %w", obj.UpdatedAt, err)
 	}
 	return &t, nil
+}
+
+// Sources is the resolver for the sources field.
+func (r *ratesResolver) Sources(ctx context.Context, obj *finance.Rates) ([]model.RateSource, error) {
+	// REST's sources object as a list, ordered by currency.
+	out := make([]model.RateSource, 0, len(obj.Sources))
+	for _, cur := range slices.Sorted(maps.Keys(obj.Sources)) {
+		src := obj.Sources[cur]
+		t, err := time.Parse(time.RFC3339Nano, src.UpdatedAt)
+		if err != nil {
+			return nil, fmt.Errorf("rates: %s updatedAt %q: %w", cur, src.UpdatedAt, err)
+		}
+		out = append(out, model.RateSource{Currency: cur, Source: src.Source, UpdatedAt: t})
+	}
+	return out, nil
 }
 
 // Currency returns generated.CurrencyResolver implementation.

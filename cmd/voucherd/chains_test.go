@@ -102,6 +102,24 @@ func TestStartChecksChains(t *testing.T) {
 		rates.Sources["ETH"].UpdatedAt != updated.Format("2006-01-02T15:04:05.000Z") || rates.Sources["USDC"].Source != "file" {
 		t.Fatalf("rates: %s", r.Body)
 	}
+	// GraphQL's rates show the same sources, as a list by currency.
+	g := s.GraphQL(t, "", `{ rates { rates sources { currency source updatedAt } } }`, nil)
+	var gq struct {
+		Rates struct {
+			Rates   map[string]string
+			Sources []struct{ Currency, Source, UpdatedAt string }
+		}
+	}
+	if len(g.Errors) > 0 || json.Unmarshal(g.Data, &gq) != nil || len(gq.Rates.Sources) != len(rates.Sources) || len(gq.Rates.Sources) < 2 {
+		t.Fatalf("GraphQL rates: %+v %s", g.Errors, g.Data)
+	}
+	for i, src := range gq.Rates.Sources {
+		rest := rates.Sources[src.Currency]
+		if src.Source != rest.Source || src.UpdatedAt != rest.UpdatedAt || gq.Rates.Rates[src.Currency] != rates.Rates[src.Currency] ||
+			i > 0 && gq.Rates.Sources[i-1].Currency >= src.Currency {
+			t.Fatalf("GraphQL source %d %+v, REST %+v (%s)", i, src, rest, g.Data)
+		}
+	}
 	if !strings.Contains(s.Logs(), "network verified on chain") || strings.Contains(s.Logs(), srv.URL) {
 		t.Fatalf("the start log should say the network is verified, without its URL:\n%s", s.Logs())
 	}

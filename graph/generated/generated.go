@@ -25,6 +25,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	widget1 "github.com/voucherd/voucherd/ent/widget"
+	"github.com/voucherd/voucherd/graph/model"
 	"github.com/voucherd/voucherd/graph/scalars"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/business"
@@ -233,9 +234,16 @@ type ComplexityRoot struct {
 		WebhookDeliveries func(childComplexity int, businessID string, endpointID *string, status *webhookdelivery.Status, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int) int
 	}
 
+	RateSource struct {
+		Currency  func(childComplexity int) int
+		Source    func(childComplexity int) int
+		UpdatedAt func(childComplexity int) int
+	}
+
 	Rates struct {
 		Base      func(childComplexity int) int
 		Rates     func(childComplexity int) int
+		Sources   func(childComplexity int) int
 		UpdatedAt func(childComplexity int) int
 	}
 
@@ -501,6 +509,7 @@ type QueryResolver interface {
 type RatesResolver interface {
 	Rates(ctx context.Context, obj *finance.Rates) (json.RawMessage, error)
 	UpdatedAt(ctx context.Context, obj *finance.Rates) (*time.Time, error)
+	Sources(ctx context.Context, obj *finance.Rates) ([]model.RateSource, error)
 }
 type ReceiptResolver interface {
 	TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error)
@@ -1400,6 +1409,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Query.WebhookDeliveries(childComplexity, args["businessId"].(string), args["endpointId"].(*string), args["status"].(*webhookdelivery.Status), args["after"].(*entgql.Cursor[string]), args["first"].(*int), args["before"].(*entgql.Cursor[string]), args["last"].(*int)), true
 
+	case "RateSource.currency":
+		if e.ComplexityRoot.RateSource.Currency == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RateSource.Currency(childComplexity), true
+	case "RateSource.source":
+		if e.ComplexityRoot.RateSource.Source == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RateSource.Source(childComplexity), true
+	case "RateSource.updatedAt":
+		if e.ComplexityRoot.RateSource.UpdatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.RateSource.UpdatedAt(childComplexity), true
+
 	case "Rates.base":
 		if e.ComplexityRoot.Rates.Base == nil {
 			break
@@ -1412,6 +1440,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Rates.Rates(childComplexity), true
+	case "Rates.sources":
+		if e.ComplexityRoot.Rates.Sources == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Rates.Sources(childComplexity), true
 	case "Rates.updatedAt":
 		if e.ComplexityRoot.Rates.UpdatedAt == nil {
 			break
@@ -4002,6 +4036,17 @@ type Rates {
   "currency symbol to decimal string, as on REST: {\"USDC\": \"1\", ...}"
   rates: JSON!
   updatedAt: Time!
+  "where each listed price comes from, by currency (REST: sources)"
+  sources: [RateSource!]!
+}
+
+"One price's origin (GET /api/v1/finance/rates: sources)."
+type RateSource {
+  currency: String!
+  "feed (a Chainlink-compatible aggregator read over the network's RPC) or file (the finance file's prices)"
+  source: String!
+  "when the price was observed: the feed's updatedAt, or the finance file's"
+  updatedAt: Time!
 }
 
 extend type Query {
@@ -4408,6 +4453,18 @@ func (ec *executionContext) childFields_Payment(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Payment", field.Name)
 }
 
+func (ec *executionContext) childFields_RateSource(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "currency":
+		return ec.fieldContext_RateSource_currency(ctx, field)
+	case "source":
+		return ec.fieldContext_RateSource_source(ctx, field)
+	case "updatedAt":
+		return ec.fieldContext_RateSource_updatedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type RateSource", field.Name)
+}
+
 func (ec *executionContext) childFields_Rates(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "base":
@@ -4416,6 +4473,8 @@ func (ec *executionContext) childFields_Rates(ctx context.Context, field graphql
 		return ec.fieldContext_Rates_rates(ctx, field)
 	case "updatedAt":
 		return ec.fieldContext_Rates_updatedAt(ctx, field)
+	case "sources":
+		return ec.fieldContext_Rates_sources(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Rates", field.Name)
 }
@@ -9462,6 +9521,75 @@ func (ec *executionContext) fieldContext_Query___schema(_ context.Context, field
 	return fc, nil
 }
 
+func (ec *executionContext) _RateSource_currency(ctx context.Context, field graphql.CollectedField, obj *model.RateSource) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RateSource_currency(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Currency, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RateSource_currency(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RateSource", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RateSource_source(ctx context.Context, field graphql.CollectedField, obj *model.RateSource) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RateSource_source(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Source, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RateSource_source(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RateSource", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _RateSource_updatedAt(ctx context.Context, field graphql.CollectedField, obj *model.RateSource) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_RateSource_updatedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.UpdatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_RateSource_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("RateSource", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
 func (ec *executionContext) _Rates_base(ctx context.Context, field graphql.CollectedField, obj *finance.Rates) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -9529,6 +9657,38 @@ func (ec *executionContext) _Rates_updatedAt(ctx context.Context, field graphql.
 }
 func (ec *executionContext) fieldContext_Rates_updatedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Rates", field, true, true, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Rates_sources(ctx context.Context, field graphql.CollectedField, obj *finance.Rates) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Rates_sources(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Rates().Sources(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []model.RateSource) graphql.Marshaler {
+			return ec.marshalNRateSource2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐRateSourceᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Rates_sources(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Rates",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_RateSource(ctx, field)
+		},
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Receipt_paymentId(ctx context.Context, field graphql.CollectedField, obj *payment.Receipt) (ret graphql.Marshaler) {
@@ -19584,6 +19744,55 @@ func (ec *executionContext) _Query(ctx context.Context, sel ast.SelectionSet) gr
 	return out
 }
 
+var rateSourceImplementors = []string{"RateSource"}
+
+func (ec *executionContext) _RateSource(ctx context.Context, sel ast.SelectionSet, obj *model.RateSource) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, rateSourceImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("RateSource")
+		case "currency":
+			out.Values[i] = ec._RateSource_currency(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "source":
+			out.Values[i] = ec._RateSource_source(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "updatedAt":
+			out.Values[i] = ec._RateSource_updatedAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var ratesImplementors = []string{"Rates"}
 
 func (ec *executionContext) _Rates(ctx context.Context, sel ast.SelectionSet, obj *finance.Rates) graphql.Marshaler {
@@ -19646,6 +19855,42 @@ func (ec *executionContext) _Rates(ctx context.Context, sel ast.SelectionSet, ob
 					}
 				}()
 				res = ec._Rates_updatedAt(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "sources":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Rates_sources(ctx, field, obj)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -22210,6 +22455,26 @@ func (ec *executionContext) marshalNPageInfo2entgoᚗioᚋcontribᚋentgqlᚐPag
 func (ec *executionContext) unmarshalNPaymentInput2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐPaymentInput(ctx context.Context, v any) (*voucher.PaymentInput, error) {
 	res, err := ec.unmarshalInputPaymentInput(ctx, v)
 	return &res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNRateSource2githubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐRateSource(ctx context.Context, sel ast.SelectionSet, v model.RateSource) graphql.Marshaler {
+	return ec._RateSource(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNRateSource2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐRateSourceᚄ(ctx context.Context, sel ast.SelectionSet, v []model.RateSource) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNRateSource2githubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐRateSource(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) marshalNRates2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋfinanceᚐRates(ctx context.Context, sel ast.SelectionSet, v finance.Rates) graphql.Marshaler {

@@ -2,5 +2,18 @@
 
 package model
 
+import (
+	"time"
+)
+
+// One price's origin (GET /api/v1/finance/rates: sources).
+type RateSource struct {
+	Currency string `json:"currency"`
+	// feed (a Chainlink-compatible aggregator read over the network's RPC) or file (the finance file's prices)
+	Source string `json:"source"`
+	// when the price was observed: the feed's updatedAt, or the finance file's
+	UpdatedAt time.Time `json:"updatedAt"`
+}
+
 type Subscription struct {
 }
