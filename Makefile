@@ -5,7 +5,7 @@ GOFLAGS   ?=
 STATICCHECK_VERSION ?= v0.8.2
 TEST_TIMEOUT ?= 20m
 
-.PHONY: run build test test-short generate check-generated lint bench migration ensure-postgres ensure-chromium ensure-promtool fuzz
+.PHONY: run build test test-short generate check-generated lint bench bench-settlement migration ensure-postgres ensure-chromium ensure-promtool fuzz
 
 ## run: the dev chain (cmd/devchain: an in-process go-ethereum chain served
 ## on 127.0.0.1:8545, dev tokens at fixed addresses) and the service on the
@@ -91,3 +91,11 @@ bench: ensure-postgres
 	$(GO) build -o bin/voucherd ./cmd/voucherd
 	$(GO) build -o bin/voucherbench ./cmd/voucherbench
 	ulimit -n "$$(ulimit -Hn)" && ./bin/voucherbench -voucherd bin/voucherd -out bench/out $(BENCH_FLAGS)
+	$(MAKE) bench-settlement
+
+## bench-settlement: the settlement lines alone (internal/settlement's
+## BenchmarkWatcher1000 on SQLite and PostgreSQL: 1,000 pending vouchers,
+## RPC calls and CPU per new block, confirmation→deposit.confirmed delivered
+## p99, resolve p50 verified and not). See docs/settlement.md.
+bench-settlement: ensure-postgres
+	$(GO) test ./internal/settlement -run '^$$' -bench Watcher1000 -benchtime 20x -timeout 30m
