@@ -1,27 +1,38 @@
 package main_test
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/ethclient"
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 )
 
 // End to end against an independent node: anvil (Foundry, from the npm
-// package @foundry-rs/anvil, pinned by test/anvil/package-lock.json), the
-// real ERC-20, a real signed transfer, and the real voucherd binary
-// verifying the voucher's settlement on that node.
+// package @foundry-rs/anvil, pinned by test/anvil/package-lock.json), real
+// ERC-20 contracts, real signed transactions, and the real voucherd binary
+// verifying each business voucher's settlement on that node. A business's
+// receiver checks every deposit event's signature with the Standard
+// Webhooks library. One node, one service, the cases side by side: exact,
+// underpaid, overpaid, split, a decoy token with the same symbol, a
+// reverted transfer, and a hash another voucher already claimed.
 func TestSettlementOnAnvil(t *testing.T) {
 	dir := testserver.NodePackage(t, "test/anvil")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -53,24 +64,34 @@ func TestSettlementOnAnvil(t *testing.T) {
 	}
 	defer c.Close()
 
-	owner, payer, payee := testchain.DevAccount(0), testchain.DevAccount(1), testchain.DevAccount(2)
-	h, err := testchain.Send(ctx, c, owner, nil, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0)
-	if err != nil {
-		t.Fatal(err)
+	// anvil's dev accounts: 0 deploys, 1 pays, 2 is the payee, 3 has ether
+	// but no tokens (its transfer reverts).
+	owner, payer, payee, poor := testchain.DevAccount(0), testchain.DevAccount(1), testchain.DevAccount(2), testchain.DevAccount(3)
+	send := func(from testchain.Account, to *common.Address, data []byte, gas uint64) common.Hash {
+		t.Helper()
+		h, err := testchain.Send(ctx, c, from, to, nil, data, gas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
-	rc, err := testchain.Wait(ctx, c, h)
-	if err != nil || rc.Status != 1 {
-		t.Fatalf("deploy: %v %v", rc, err)
+	deployed := func(h common.Hash) common.Address {
+		t.Helper()
+		rc, err := testchain.Wait(ctx, c, h)
+		if err != nil || rc.Status != 1 {
+			t.Fatalf("deploy: %v %v", rc, err)
+		}
+		return rc.ContractAddress
 	}
-	token := rc.ContractAddress
-	if h, err = testchain.Send(ctx, c, owner, &token, nil, testchain.MintData(payer.Address, big.NewInt(1_000_000_000)), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testchain.Wait(ctx, c, h); err != nil {
-		t.Fatal(err)
+	token := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
+	decoy := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
+	for _, tk := range []common.Address{token, decoy} {
+		if _, err := testchain.Wait(ctx, c, send(owner, &tk, testchain.MintData(payer.Address, big.NewInt(1_000_000_000)), 0)); err != nil {
+			t.Fatal(err)
+		}
 	}
 
-	finance := fmt.Sprintf(`{
+	financeFile := writeFile(t, fmt.Sprintf(`{
   "updatedAt": "2026-01-01T00:00:00.000Z",
   "networks": [{"network": "anvil", "type": "evm", "chainId": "1337", "rpcUrl": %q, "confirmations": 2, "pollInterval": "300ms"}],
   "tokens": [
@@ -78,58 +99,228 @@ func TestSettlementOnAnvil(t *testing.T) {
     {"network": "anvil", "currency": "USDC", "currencyAddress": %q, "decimals": 6, "native": false}
   ],
   "prices": {"ETH": "3000", "USDC": "1"}
-}`, rpcURL, token.Hex())
-	s := testserver.Start(t, testserver.Options{Dialect: "sqlite", Env: map[string]string{"VOUCHER_FINANCE_FILE": writeFile(t, finance)}})
+}`, rpcURL, token.Hex()))
+	s := testserver.Start(t, testserver.Options{Dialect: "sqlite", Env: map[string]string{"VOUCHER_FINANCE_FILE": financeFile}})
 
+	// The business, its receiver and the payer's session.
+	rcv := newSignedReceiver(t)
+	member := s.User(t)
+	r := s.Do(t, "POST", "/api/v1/businesses/create-business", member.Token, map[string]any{"name": "Shop"})
+	if r.Status != 200 {
+		t.Fatalf("create-business: %d %s", r.Status, r.Body)
+	}
+	biz := r.Map(t)["id"].(string)
+	r = s.Do(t, "POST", "/api/v1/businesses/"+biz+"/webhook-endpoints/create-endpoint", member.Token, map[string]any{
+		"url": rcv.url + "/hooks", "events": []string{"deposit.created", "deposit.pending", "deposit.confirmed", "deposit.underpaid", "deposit.overpaid", "deposit.failed"},
+	})
+	if r.Status != 200 {
+		t.Fatalf("create-endpoint: %d %s", r.Status, r.Body)
+	}
+	rcv.setSecret(t, r.Map(t)["signingSecret"].(string))
 	wallet := s.Device(t)
 	_, code := s.Session(t, wallet)
-	payeeID := s.Resource(t, code)
-	r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payeeID.Token, map[string]any{"code": code})
-	if r.Status != 200 {
-		t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
-	}
-	id := r.Map(t)["id"].(string)
-	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payeeID.Token, map[string]any{"expectedPayment": map[string]any{
-		"network": "anvil", "currency": "USDC", "currencyAddress": token.Hex(), "amount": "12.5",
-		"wallet": map[string]any{"address": payee.Address.Hex()},
-	}})
-	if r.Status != 200 {
-		t.Fatalf("redeem-voucher: %d %s", r.Status, r.Body)
-	}
-	var v struct {
-		ExpectedPayment struct{ ID string } `json:"expectedPayment"`
-	}
-	r.JSON(t, &v)
 
-	// The payer's wallet pays for real: a signed ERC-20 transfer on anvil.
-	h, err = testchain.Send(ctx, c, payer, &token, nil, testchain.TransferData(payee.Address, big.NewInt(12_500_000)), 0)
+	deposit := func(amount string) (id, paymentID string) {
+		t.Helper()
+		r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", member.Token, map[string]any{"code": code, "businessId": biz})
+		if r.Status != 200 {
+			t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
+		}
+		id = r.Map(t)["id"].(string)
+		r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", member.Token, map[string]any{"expectedPayment": map[string]any{
+			"network": "anvil", "currency": "USDC", "currencyAddress": token.Hex(), "amount": amount,
+			"wallet": map[string]any{"address": payee.Address.Hex()},
+		}})
+		if r.Status != 200 {
+			t.Fatalf("redeem-voucher: %d %s", r.Status, r.Body)
+		}
+		var v struct {
+			ExpectedPayment struct{ ID string } `json:"expectedPayment"`
+		}
+		r.JSON(t, &v)
+		return id, v.ExpectedPayment.ID
+	}
+	resolve := func(id, paymentID string, hashes ...common.Hash) *testserver.Response {
+		t.Helper()
+		var receipts []map[string]any
+		for _, h := range hashes {
+			receipts = append(receipts, map[string]any{"paymentId": paymentID, "transactionHash": h.Hex()})
+		}
+		return s.Do(t, "POST", "/api/v1/vouchers/"+id+"/resolve-voucher", wallet.Token, map[string]any{"receipts": receipts})
+	}
+	pay := func(tk common.Address, micro int64) common.Hash {
+		return send(payer, &tk, testchain.TransferData(payee.Address, big.NewInt(micro)), 0)
+	}
+
+	type want struct {
+		status, paid, txReason string
+		events                 []string
+	}
+	cases := map[string]want{}
+	ids := map[string]string{}
+	add := func(name, amount string, w want, hashes ...common.Hash) {
+		t.Helper()
+		id, pid := deposit(amount)
+		if r := resolve(id, pid, hashes...); r.Status != 200 {
+			t.Fatalf("%s: resolve-voucher: %d %s", name, r.Status, r.Body)
+		}
+		cases[id], ids[name] = w, id
+	}
+	exact := pay(token, 12_500_000)
+	add("exact", "12.5", want{"CONFIRMED", "12.5", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, exact)
+	add("underpaid", "5", want{"UNDERPAID", "4", "", []string{"deposit.created", "deposit.pending", "deposit.underpaid"}}, pay(token, 4_000_000))
+	add("overpaid", "5", want{"OVERPAID", "6", "", []string{"deposit.created", "deposit.overpaid", "deposit.pending"}}, pay(token, 6_000_000))
+	add("split", "5", want{"CONFIRMED", "5", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, pay(token, 2_000_000), pay(token, 3_000_000))
+	add("decoy", "5", want{"FAILED", "", "moves none of the due currency to the payee's wallet", []string{"deposit.created", "deposit.failed"}}, pay(decoy, 5_000_000))
+	// More than the sender holds, with a fixed gas (estimation would
+	// refuse it): mined with status 0.
+	add("reverted", "5", want{"FAILED", "", "the transaction reverted", []string{"deposit.created", "deposit.failed"}},
+		send(poor, &token, testchain.TransferData(payee.Address, big.NewInt(5_000_000)), 100_000))
+
+	// A hash another voucher claimed is refused at once, nothing stored.
+	reused, pid := deposit("12.5")
+	r = resolve(reused, pid, exact)
+	if r.Status != 400 || r.Code() != "validation_failed" || !strings.Contains(string(r.Body), "transactionHash") {
+		t.Fatalf("a claimed hash resolved another voucher: %d %s", r.Status, r.Body)
+	}
+	if r = s.Do(t, "GET", "/api/v1/vouchers/"+reused, member.Token, nil); r.Status != 200 || r.Map(t)["status"] != "REDEEMED" {
+		t.Fatalf("the refused resolve changed the voucher: %d %s", r.Status, r.Body)
+	}
+
+	// The service follows anvil until every settlement is decided: the
+	// verdict's event reaches the business (signed, each event once), and
+	// the voucher, written in the same transaction, shows the settlement.
+	for id, w := range cases {
+		if got := rcv.waitFor(t, id, len(w.events)); !slices.Equal(got, w.events) {
+			t.Fatalf("%s: events %v, want %v", id, got, w.events)
+		}
+		r = s.Do(t, "GET", "/api/v1/vouchers/"+id, member.Token, nil)
+		var v struct {
+			Status     string
+			Settlement struct {
+				Status, PaidAmount    string
+				Verified              bool
+				Confirmations         int
+				RequiredConfirmations int
+				Transactions          []struct{ Status, Reason string }
+			}
+		}
+		r.JSON(t, &v)
+		st := v.Settlement
+		if r.Status != 200 || v.Status != "RESOLVED" || !st.Verified || st.Status != w.status || st.PaidAmount != w.paid || st.RequiredConfirmations != 2 ||
+			w.txReason != "" && (len(st.Transactions) != 1 || st.Transactions[0].Status != "INVALID" || st.Transactions[0].Reason != w.txReason) ||
+			w.txReason == "" && st.Confirmations < 2 {
+			t.Fatalf("%s: settlement %s, want %+v", id, r.Body, w)
+		}
+	}
+	// The refused resolve caused no event but its deposit.created.
+	if got := rcv.waitFor(t, reused, 1); !slices.Equal(got, []string{"deposit.created"}) {
+		t.Fatalf("reused: events %v", got)
+	}
+	if rcv.paid(ids["exact"], "deposit.confirmed") != "12.5" || rcv.paid(ids["underpaid"], "deposit.underpaid") != "4" {
+		t.Fatalf("paidAmount in the events: %v", rcv.all())
+	}
+}
+
+// signedReceiver is a business's webhook receiver: it keeps the events
+// whose Standard Webhooks signature verifies and fails the test on any
+// other.
+type signedReceiver struct {
+	url    string
+	mu     sync.Mutex
+	wh     *standardwebhooks.Webhook
+	events map[string][]receivedEvent // by voucher
+	bad    []string
+	got    chan struct{}
+}
+
+type receivedEvent struct{ typ, paid string }
+
+func newSignedReceiver(t *testing.T) *signedReceiver {
+	r := &signedReceiver{events: map[string][]receivedEvent{}, got: make(chan struct{}, 1)}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		body, _ := io.ReadAll(req.Body)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.wh == nil {
+			http.Error(w, "no secret yet", http.StatusServiceUnavailable)
+			return
+		}
+		if err := r.wh.Verify(body, req.Header); err != nil {
+			r.bad = append(r.bad, err.Error())
+			http.Error(w, "bad signature", http.StatusBadRequest)
+			return
+		}
+		var p struct {
+			Type string
+			Data struct{ VoucherID, PaidAmount string }
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			r.bad = append(r.bad, err.Error())
+			return
+		}
+		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount})
+		select {
+		case r.got <- struct{}{}:
+		default:
+		}
+	}))
+	t.Cleanup(srv.Close)
+	r.url = srv.URL
+	return r
+}
+
+func (r *signedReceiver) setSecret(t *testing.T, secret string) {
+	wh, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/resolve-voucher", wallet.Token, map[string]any{
-		"receipts": []map[string]any{{"paymentId": v.ExpectedPayment.ID, "transactionHash": h.Hex(), "amount": "12.5"}},
-	})
-	if r.Status != 200 {
-		t.Fatalf("resolve-voucher: %d %s", r.Status, r.Body)
-	}
+	r.mu.Lock()
+	r.wh = wh
+	r.mu.Unlock()
+}
 
-	// The service follows anvil until the payment has 2 confirmations.
-	deadline := time.Now().Add(60 * time.Second)
+// waitFor waits until the voucher has at least n events and returns their
+// types, sorted (events of one commit share a timestamp).
+func (r *signedReceiver) waitFor(t *testing.T, voucherID string, n int) []string {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
 	for {
-		r = s.Do(t, "GET", "/api/v1/vouchers/"+id, wallet.Token, nil)
-		if r.Status != 200 {
-			t.Fatalf("get voucher: %d %s", r.Status, r.Body)
+		r.mu.Lock()
+		if len(r.bad) > 0 {
+			r.mu.Unlock()
+			t.Fatalf("deliveries that do not verify: %v", r.bad)
 		}
-		if bytes.Contains(r.Body, []byte(`"status":"CONFIRMED","verified":true`)) || strings.Contains(string(r.Body), `"settlement":{"status":"CONFIRMED"`) {
-			break
+		var types []string
+		for _, e := range r.events[voucherID] {
+			types = append(types, e.typ)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the settlement did not confirm on anvil: %s\n%s", r.Body, s.Logs())
+		r.mu.Unlock()
+		if len(types) >= n {
+			slices.Sort(types)
+			return types
 		}
-		time.Sleep(300 * time.Millisecond)
+		select {
+		case <-r.got:
+		case <-deadline:
+			t.Fatalf("voucher %s: %d events, want %d: %v", voucherID, len(types), n, types)
+		}
 	}
-	if !strings.Contains(string(r.Body), `"paidAmount":"12.5"`) || !strings.Contains(string(r.Body), strings.ToLower(h.Hex())[2:]) {
-		t.Fatalf("settlement: %s", r.Body)
+}
+
+func (r *signedReceiver) paid(voucherID, typ string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, e := range r.events[voucherID] {
+		if e.typ == typ {
+			return e.paid
+		}
 	}
-	t.Logf("settled on anvil: %s", r.Body)
+	return ""
+}
+
+func (r *signedReceiver) all() map[string][]receivedEvent {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.events
 }
