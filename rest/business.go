@@ -3,42 +3,10 @@ package rest
 import (
 	"net/http"
 
-	"github.com/voucherd/voucherd/ent"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/view"
 )
-
-// businessView is a business as create-business and the list return it.
-type businessView struct {
-	ID        string       `json:"id"`
-	Name      string       `json:"name"`
-	Status    string       `json:"status"`
-	CreatedAt apitime.Time `json:"createdAt"`
-}
-
-// businessDetail is a business as get returns it (with updatedAt).
-type businessDetail struct {
-	businessView
-	UpdatedAt apitime.Time `json:"updatedAt"`
-}
-
-// businessUserView is a membership as the users list returns it.
-type businessUserView struct {
-	ID        string       `json:"id"`
-	UserID    string       `json:"userId"`
-	Role      string       `json:"role"`
-	Status    string       `json:"status"`
-	CreatedAt apitime.Time `json:"createdAt"`
-}
-
-func viewBusiness(b *ent.Business) businessView {
-	return businessView{ID: b.ID, Name: b.Name, Status: string(b.Status), CreatedAt: apitime.From(b.CreatedAt)}
-}
-
-func viewBusinessUser(m *ent.BusinessUser) businessUserView {
-	return businessUserView{ID: m.ID, UserID: m.UserID, Role: string(m.Role), Status: string(m.Status), CreatedAt: apitime.From(m.CreatedAt)}
-}
 
 func (s *server) createBusiness(w http.ResponseWriter, r *http.Request) error {
 	var in business.CreateInput
@@ -49,7 +17,7 @@ func (s *server) createBusiness(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, viewBusiness(b))
+	return ok(w, view.OfBusiness(b))
 }
 
 func (s *server) listBusinesses(w http.ResponseWriter, r *http.Request) error {
@@ -57,9 +25,9 @@ func (s *server) listBusinesses(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]businessView, len(rows))
+	out := make([]view.Business, len(rows))
 	for i, b := range rows {
-		out[i] = viewBusiness(b)
+		out[i] = view.OfBusiness(b)
 	}
 	return ok(w, out)
 }
@@ -69,7 +37,7 @@ func (s *server) getBusiness(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, businessDetail{businessView: viewBusiness(b), UpdatedAt: apitime.From(b.UpdatedAt)})
+	return ok(w, view.OfBusinessDetail(b))
 }
 
 func (s *server) updateBusiness(w http.ResponseWriter, r *http.Request) error {
@@ -101,9 +69,9 @@ func (s *server) listBusinessUsers(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	out := make([]businessUserView, len(rows))
+	out := make([]view.BusinessUser, len(rows))
 	for i, m := range rows {
-		out[i] = viewBusinessUser(m)
+		out[i] = view.OfBusinessUser(m)
 	}
 	return ok(w, out)
 }
@@ -117,7 +85,7 @@ func (s *server) addBusinessUser(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, viewBusinessUser(m))
+	return ok(w, view.OfBusinessUser(m))
 }
 
 func (s *server) updateBusinessUserStatus(w http.ResponseWriter, r *http.Request) error {
