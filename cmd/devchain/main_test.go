@@ -1,0 +1,141 @@
+package main_test
+
+import (
+	"bufio"
+	"context"
+	"math/big"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ethereum/go-ethereum"
+	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/ethclient"
+
+	"github.com/voucherd/voucherd/internal/settlement/evm"
+	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+)
+
+// What README.md and docs/settlement.md promise a newcomer about the dev
+// chain, checked on the real binary over JSON-RPC: chain id 1337, the five
+// documented accounts funded, USDC and DAI at their documented addresses
+// holding 1,000,000 for each account, the ETH/USD feed answering 3000, and
+// the documented `devchain send` paying a real transfer.
+func TestDevChainServesWhatTheDocsSay(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "devchain")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-block-time", "0")
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	// The ready line names the endpoint (the port was free, so not 8545).
+	ready := regexp.MustCompile(`devchain ready"? rpc=(http://127\.0\.0\.1:\d+)`)
+	var rpcURL string
+	// A binary that never says so is killed, which ends the scan below.
+	killer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
+			rpcURL = m[1]
+			break
+		}
+	}
+	killer.Stop()
+	if rpcURL == "" {
+		t.Fatalf("devchain never said it was ready: %v", sc.Err())
+	}
+	go func() { // keep draining its log
+		for sc.Scan() {
+		}
+	}()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	c, err := ethclient.DialContext(ctx, rpcURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if id, err := c.ChainID(ctx); err != nil || id.Int64() != 1337 {
+		t.Fatalf("chain id %v %v", id, err)
+	}
+
+	// docs/settlement.md, "The dev chain".
+	accounts := []string{
+		"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266", "0x70997970C51812dc3A010C7d01b50e0d17dc79C8",
+		"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC", "0x90F79bf6EB2c4f870365E785982E1f101E93b906",
+		"0x15d34AAf54267DB7D7c367839AAf71A00a2C6A65",
+	}
+	tokens := map[string]struct {
+		address  string
+		decimals int64
+	}{
+		"USDC": {"0x5FbDB2315678afecb367f032d93F642f64180aa3", 6},
+		"DAI":  {"0xe7f1725E7734CE288F8367e1Bb143E90bb3F0512", 18},
+	}
+	const feed = "0x9fE46736679d2D9a65F0992F2272dE9f3c7fa6e0"
+	balanceOf := func(token, holder string) *big.Int {
+		t.Helper()
+		data, err := testchain.TokenABI.Pack("balanceOf", common.HexToAddress(holder))
+		if err != nil {
+			t.Fatal(err)
+		}
+		to := common.HexToAddress(token)
+		out, err := c.CallContract(ctx, ethereum.CallMsg{To: &to, Data: data}, nil)
+		if err != nil || len(out) != 32 {
+			t.Fatalf("balanceOf(%s) on %s: %x %v", holder, token, out, err)
+		}
+		return new(big.Int).SetBytes(out)
+	}
+	ether := new(big.Int).Exp(big.NewInt(10), big.NewInt(18), nil)
+	for i, a := range accounts {
+		if testchain.DevAccount(i).Address != common.HexToAddress(a) {
+			t.Fatalf("dev account %d is %s, the docs say %s", i, testchain.DevAccount(i).Address.Hex(), a)
+		}
+		bal, err := c.BalanceAt(ctx, common.HexToAddress(a), nil)
+		if err != nil || bal.Cmp(new(big.Int).Mul(big.NewInt(9_999), ether)) < 0 {
+			t.Fatalf("account %s holds %v wei (%v), want about 10,000 ETH", a, bal, err)
+		}
+		for sym, tk := range tokens {
+			want := new(big.Int).Mul(big.NewInt(1_000_000), new(big.Int).Exp(big.NewInt(10), big.NewInt(tk.decimals), nil))
+			if got := balanceOf(tk.address, a); got.Cmp(want) != 0 {
+				t.Fatalf("%s holds %v %s units, want %v", a, got, sym, want)
+			}
+		}
+	}
+	ch, err := evm.Dial(ctx, rpcURL, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ch.Close()
+	answer, decimals, updated, err := ch.LatestRound(ctx, strings.ToLower(feed))
+	if err != nil || answer.Cmp(big.NewInt(3000_00000000)) != 0 || decimals != 8 || time.Since(updated) > 2*time.Minute {
+		t.Fatalf("ETH/USD feed: %v %d %v %v", answer, decimals, updated, err)
+	}
+
+	// The README's payment: `bin/devchain send -to … -currency USDC -amount 12.5`.
+	payee := testchain.NewAccount().Address
+	out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-to", payee.Hex(), "-currency", "USDC", "-amount", "12.5").Output()
+	if err != nil {
+		t.Fatalf("devchain send: %v %s", err, out)
+	}
+	h := common.HexToHash(strings.TrimSpace(string(out)))
+	rc, err := c.TransactionReceipt(ctx, h)
+	if err != nil || rc.Status != 1 {
+		t.Fatalf("the sent transfer %s: %v %v", out, rc, err)
+	}
+	if got := balanceOf(tokens["USDC"].address, payee.Hex()); got.Cmp(big.NewInt(12_500_000)) != 0 {
+		t.Fatalf("payee holds %v USDC units after the transfer, want 12500000", got)
+	}
+}
