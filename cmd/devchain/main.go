@@ -130,30 +130,57 @@ func serve(args []string) error {
 }
 
 // deploy puts the dev tokens and the feed at their fixed addresses and
-// mints every dev account 1,000,000 of each token.
+// mints every dev account 1,000,000 of each token. The deployer's nonces
+// are counted here (the chain is fresh), and each batch is committed until
+// every receipt is in: the simulated chain's pool resets after a commit in
+// the background, so its pending nonce, and what the next block picks up,
+// can lag for a moment on a busy machine.
 func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 	owner := testchain.DevAccount(0)
+	var nonce uint64
+	send := func(to *common.Address, data []byte) (common.Hash, error) {
+		h, err := testchain.SendNonce(ctx, sim.Client, owner, nonce, to, nil, data, 0)
+		if err == nil {
+			nonce++
+		}
+		return h, err
+	}
 	for _, t := range Tokens {
-		if _, err := testchain.Send(ctx, sim.Client, owner, nil, nil, testchain.DeployTokenData("Dev "+t.Symbol, t.Symbol, t.Decimals), 0); err != nil {
+		h, err := send(nil, testchain.DeployTokenData("Dev "+t.Symbol, t.Symbol, t.Decimals))
+		if err != nil {
 			return err
 		}
-		commit()
+		if err := mine(ctx, sim, commit, h); err != nil {
+			return err
+		}
 	}
-	if _, err := testchain.Send(ctx, sim.Client, owner, nil, nil, testchain.DeployAggregatorData(8, "ETH / USD (dev)"), 0); err != nil {
+	h, err := send(nil, testchain.DeployAggregatorData(8, "ETH / USD (dev)"))
+	if err != nil {
 		return err
 	}
-	commit()
+	if err := mine(ctx, sim, commit, h); err != nil {
+		return err
+	}
+	var mints []common.Hash
 	for _, t := range Tokens {
 		a, _, _ := tokenAddress(t.Symbol)
 		amount := new(big.Int).Mul(big.NewInt(1_000_000), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Decimals)), nil))
 		for i := range testchain.DevKeys {
-			if _, err := testchain.Send(ctx, sim.Client, owner, &a, nil, testchain.MintData(testchain.DevAccount(i).Address, amount), 0); err != nil {
+			h, err := send(&a, testchain.MintData(testchain.DevAccount(i).Address, amount))
+			if err != nil {
 				return err
 			}
+			mints = append(mints, h)
 		}
 	}
-	commit()
-	if err := refreshFeed(ctx, sim, commit); err != nil {
+	if err := mine(ctx, sim, commit, mints...); err != nil {
+		return err
+	}
+	feed := testchain.CreateAddress(owner.Address, FeedNonce)
+	if h, err = send(&feed, testchain.SetAnswerData(ETHUSD, time.Now())); err != nil {
+		return err
+	}
+	if err := mine(ctx, sim, commit, h); err != nil {
 		return err
 	}
 	// Check the fixed addresses hold code: a change in the order above
@@ -166,6 +193,33 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 		}
 	}
 	return nil
+}
+
+// mine commits blocks until every one of hs has a successful receipt.
+func mine(ctx context.Context, sim *testchain.Sim, commit func(), hs ...common.Hash) error {
+	for range 50 {
+		commit()
+		done := true
+		for _, h := range hs {
+			r, err := sim.Client.TransactionReceipt(ctx, h)
+			if err != nil {
+				done = false
+				break
+			}
+			if r.Status != 1 {
+				return fmt.Errorf("deploy transaction %s reverted", h.Hex())
+			}
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("deploy transactions not mined after 50 blocks")
 }
 
 func refreshFeed(ctx context.Context, sim *testchain.Sim, commit func()) error {

@@ -45,15 +45,17 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 	// A binary that never says so is killed, which ends the scan below.
 	killer := time.AfterFunc(time.Minute, func() { _ = cmd.Process.Kill() })
 	sc := bufio.NewScanner(stderr)
+	var said strings.Builder
 	for sc.Scan() {
 		if m := ready.FindStringSubmatch(sc.Text()); m != nil {
 			rpcURL = m[1]
 			break
 		}
+		said.WriteString(sc.Text() + "\n")
 	}
 	killer.Stop()
 	if rpcURL == "" {
-		t.Fatalf("devchain never said it was ready: %v", sc.Err())
+		t.Fatalf("devchain never said it was ready: %v\n%s", sc.Err(), said.String())
 	}
 	go func() { // keep draining its log
 		for sc.Scan() {

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,10 +43,14 @@ func TestSettlementOnAnvil(t *testing.T) {
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
 	anvil := exec.Command(filepath.Join(dir, "node_modules", ".bin", "anvil"), "--port", fmt.Sprint(port), "--chain-id", "1337", "--block-time", "1", "--silent")
+	// node_modules/.bin/anvil is npm's Node.js launcher, which starts the
+	// platform's anvil binary as its child: the test kills the whole
+	// process group, or that child outlives the test on its port.
+	anvil.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := anvil.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = anvil.Process.Kill(); _ = anvil.Wait() }()
+	defer func() { _ = syscall.Kill(-anvil.Process.Pid, syscall.SIGKILL); _ = anvil.Wait() }()
 	rpcURL := fmt.Sprintf("http://127.0.0.1:%d", port)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()

@@ -115,11 +115,19 @@ type Backend interface {
 // lets a test send a transaction that will revert (estimation refuses
 // those). It returns the transaction's hash without waiting for a block.
 func Send(ctx context.Context, b Backend, from Account, to *common.Address, value *big.Int, data []byte, gas uint64) (common.Hash, error) {
-	chainID, err := b.ChainID(ctx)
+	nonce, err := b.PendingNonceAt(ctx, from.Address)
 	if err != nil {
 		return common.Hash{}, err
 	}
-	nonce, err := b.PendingNonceAt(ctx, from.Address)
+	return SendNonce(ctx, b, from, nonce, to, value, data, gas)
+}
+
+// SendNonce is Send with the nonce given. After a simulated chain's Commit
+// its transaction pool resets in the background, so PendingNonceAt can
+// still answer from the old head for a moment; a sender that knows its
+// nonces (a fresh account sending in sequence) gives them here instead.
+func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *common.Address, value *big.Int, data []byte, gas uint64) (common.Hash, error) {
+	chainID, err := b.ChainID(ctx)
 	if err != nil {
 		return common.Hash{}, err
 	}
