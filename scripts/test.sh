@@ -9,6 +9,11 @@ set -uo pipefail
 GO=${GO:-go}
 TEST_TIMEOUT=${TEST_TIMEOUT:-20m}
 TEST_PKGS=${TEST_PKGS:-./...}
+# Packages tested at once. go test's default is one per core, but most of
+# the suite waits (on PostgreSQL, a chain's next block, a browser, a
+# webhook's retry): on 2 cores, 4 at a time keeps the cores busy (CI
+# measured 8m11s wall for 10.6 CPU-minutes at the default).
+TEST_P=${TEST_P:-4}
 
 lintlog=$(mktemp)
 trap 'rm -f "$lintlog"' EXIT
@@ -16,7 +21,7 @@ make --no-print-directory lint >"$lintlog" 2>&1 &
 lint=$!
 
 # shellcheck disable=SC2086 # TEST_PKGS is a list of patterns
-"$GO" test -race -count=1 -timeout "$TEST_TIMEOUT" $TEST_PKGS
+"$GO" test -race -count=1 -p "$TEST_P" -timeout "$TEST_TIMEOUT" $TEST_PKGS
 testrc=$?
 
 wait "$lint"
