@@ -114,12 +114,35 @@ type Backend interface {
 // contract creation) with value and data. gas 0 estimates it; a fixed gas
 // lets a test send a transaction that will revert (estimation refuses
 // those). It returns the transaction's hash without waiting for a block.
+//
+// The nonce is the node's pending nonce. After a simulated chain's Commit
+// its transaction pool resets to the new head in the background, and until
+// it has, the pending nonce can be stale: the node then refuses the
+// transaction as reusing a nonce ("nonce too low", "replacement transaction
+// underpriced"). Send asks again for a moment in that case; any other
+// refusal is returned at once.
 func Send(ctx context.Context, b Backend, from Account, to *common.Address, value *big.Int, data []byte, gas uint64) (common.Hash, error) {
-	nonce, err := b.PendingNonceAt(ctx, from.Address)
-	if err != nil {
-		return common.Hash{}, err
+	for attempt := 0; ; attempt++ {
+		nonce, err := b.PendingNonceAt(ctx, from.Address)
+		if err != nil {
+			return common.Hash{}, err
+		}
+		h, err := SendNonce(ctx, b, from, nonce, to, value, data, gas)
+		if err == nil || attempt == 100 || !staleNonce(err) {
+			return h, err
+		}
+		select {
+		case <-ctx.Done():
+			return common.Hash{}, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
-	return SendNonce(ctx, b, from, nonce, to, value, data, gas)
+}
+
+// staleNonce tells the node's refusals of a nonce already used.
+func staleNonce(err error) bool {
+	m := err.Error()
+	return strings.Contains(m, "nonce too low") || strings.Contains(m, "replacement transaction underpriced")
 }
 
 // SendNonce is Send with the nonce given. After a simulated chain's Commit
