@@ -15,13 +15,6 @@ TEST_PKGS=${TEST_PKGS:-./...}
 # contention).
 TEST_P=${TEST_P:-$(nproc)}
 
-# -trimpath for every build below (the suite's, the binaries the tests
-# build, the lint's): without it Go's build cache keys each package on its
-# absolute directory, so every fresh checkout recompiled the whole tree
-# (ent and gqlgen's output under the race detector among it) even when the
-# cache held the same code built from another checkout.
-export GOFLAGS="${GOFLAGS:+$GOFLAGS }-trimpath"
-
 lintlog=$(mktemp)
 trap 'rm -f "$lintlog"' EXIT
 make --no-print-directory lint >"$lintlog" 2>&1 &
