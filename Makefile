@@ -33,7 +33,7 @@ ensure-postgres:
 	@bash scripts/ensure-postgres.sh
 
 ## ensure-chromium: Debian's chromium for the headless browser tests
-## (internal/testsupport/testbrowser), installed with apt-get when missing.
+## (testsupport/testbrowser), installed with apt-get when missing.
 ensure-chromium:
 	@bash scripts/ensure-chromium.sh
 

@@ -27,9 +27,9 @@ import (
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testbrowser"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testbrowser"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

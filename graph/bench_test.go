@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // BenchmarkIdleSubscriptions measures what idle voucherUpdated

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // gql runs a document that must succeed and decodes its data into out.

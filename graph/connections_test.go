@@ -6,7 +6,7 @@ import (
 
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/business"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 type vouchersPage struct {

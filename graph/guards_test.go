@@ -12,7 +12,7 @@ import (
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // The services' own token checks agree with the guards the operations table

@@ -3,7 +3,7 @@ package graph_test
 import (
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // TestMain stops the shared PostgreSQL cluster the tests of this package

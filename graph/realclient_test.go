@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // The graphql-ws reference client (graphql-transport-ws), as a browser or

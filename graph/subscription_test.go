@@ -17,7 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/graph"
 	"github.com/voucherd/voucherd/internal/business"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 const voucherSub = `subscription($id: ID, $s: ID, $b: ID) {

@@ -5,8 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 const widgetFields = `id businessId name status accepts { network currency } wallets { network address } createdAt updatedAt`

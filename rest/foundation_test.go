@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/auth"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

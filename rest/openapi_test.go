@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 	"github.com/voucherd/voucherd/rest"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // The binary serves the committed document (every exchange of the suite

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Makes sure Debian's chromium (the browser the headless browser tests drive
-# through chromedp, internal/testsupport/testbrowser) is installed, installing it with
+# through chromedp, testsupport/testbrowser) is installed, installing it with
 # apt-get when it is not. Idempotent: when it is there it only reports where.
 # `make test` runs it first, so a fresh machine or CI does not end up with
 # skipped (or, under CI=true, failing) browser tests.

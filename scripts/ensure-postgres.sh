@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Makes sure the PostgreSQL server binaries that internal/testsupport/testpg runs (initdb,
+# Makes sure the PostgreSQL server binaries that testsupport/testpg runs (initdb,
 # pg_ctl, postgres) are installed, installing Debian's postgresql package if
 # they are not. Idempotent: when they are already there it only reports where.
 # `make test` runs it first so that a fresh machine or CI does not end up with
 # skipped (or, under CI=true, failing) database tests.
 set -euo pipefail
 
-# Same search order as internal/testsupport/testpg, so that what this script accepts is
+# Same search order as testsupport/testpg, so that what this script accepts is
 # what the tests will find.
 find_bindir() {
 	local d

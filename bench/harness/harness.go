@@ -24,7 +24,7 @@ import (
 	"github.com/voucherd/voucherd/bench/pgref"
 	"github.com/voucherd/voucherd/bench/proc"
 	"github.com/voucherd/voucherd/bench/report"
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 // Config is the bench's settings (flags of cmd/voucherbench).

@@ -11,7 +11,7 @@ import (
 
 	_ "github.com/lib/pq"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 // TestCaptureScriptAndPgbench runs the whole reference on a real server: a

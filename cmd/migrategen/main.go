@@ -14,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 func main() {

@@ -23,7 +23,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // End to end against an independent node: anvil (Foundry, from the npm

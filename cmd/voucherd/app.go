@@ -1,6 +1,6 @@
 // The composition root: App assembles the service from its configuration:
 // storage, services, the two doors and the background workers. main runs
-// it; the end-to-end tests run the same binary (internal/testsupport/testserver).
+// it; the end-to-end tests run the same binary (testsupport/testserver).
 
 package main
 

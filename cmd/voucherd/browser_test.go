@@ -9,8 +9,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testbrowser"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testbrowser"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 //go:embed testdata/dashboard.html

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 const chainFinance = `{

@@ -11,7 +11,7 @@ import (
 
 	"github.com/gorilla/websocket"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 const (

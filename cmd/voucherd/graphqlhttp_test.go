@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/voucherd/voucherd/graph"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // The GraphQL-over-HTTP spec's audit suite (npm graphql-http's

@@ -11,8 +11,8 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/voucherd/voucherd/internal/pubsub"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

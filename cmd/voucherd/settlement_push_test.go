@@ -15,7 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // A payer's wallet subscribed to voucherUpdated over a real websocket

@@ -15,7 +15,7 @@ import (
 	"github.com/voucherd/voucherd/internal/idempotency"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

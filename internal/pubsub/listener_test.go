@@ -10,7 +10,7 @@ import (
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

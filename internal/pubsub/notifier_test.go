@@ -13,7 +13,7 @@ import (
 	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // countingLoader is EntLoader that counts the vouchers it loads.

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 // openPG opens a migrated, empty database; each call is another pool (a

@@ -13,7 +13,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 func TestMain(m *testing.M) { testpg.Main(m) }

@@ -19,11 +19,11 @@ import (
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // BenchmarkWatcher1000 follows 1,000 resolved business vouchers pending on

@@ -25,10 +25,10 @@ import (
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

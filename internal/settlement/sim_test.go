@@ -25,9 +25,9 @@ import (
 	"github.com/voucherd/voucherd/internal/settlement/evm"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // simWorld is a simulated chain with a real USDC-like token, a decoy with

@@ -16,9 +16,9 @@ import (
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // A business's receiver gets the settlement's deposit events, signed

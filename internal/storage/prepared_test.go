@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // A hot statement runs prepared: the server keeps it (PostgreSQL shows it in

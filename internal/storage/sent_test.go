@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func openPool(t *testing.T, url string, conns int) *storage.DB {

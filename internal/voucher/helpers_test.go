@@ -18,8 +18,8 @@ import (
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

@@ -10,9 +10,9 @@ import (
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 const payerWallet = "0xfB6916095ca1df60bB79Ce92cE3Ea74c37c5d359"

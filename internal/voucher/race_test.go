@@ -10,8 +10,8 @@ import (
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // race runs n calls of fn at once and counts their outcomes by code ("" for success).

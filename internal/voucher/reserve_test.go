@@ -13,9 +13,9 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 var sixDigits = regexp.MustCompile(`^[0-9]{6}$`)

@@ -9,8 +9,8 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // BenchmarkDispatch measures deliveries per second through one dispatcher

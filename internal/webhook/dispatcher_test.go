@@ -21,10 +21,10 @@ import (
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
 	"github.com/voucherd/voucherd/internal/webhook/signing"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 // redeem records a deposit.created for a fresh voucher and returns the

@@ -1,6 +1,6 @@
 package webhook_test
 
-// End-to-end tests: the real voucherd binary (internal/testsupport/testserver) against
+// End-to-end tests: the real voucherd binary (testsupport/testserver) against
 // a local receiver, on SQLite and PostgreSQL, used the way a business
 // would: over REST and GraphQL.
 
@@ -18,9 +18,9 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
-	"github.com/voucherd/voucherd/internal/testsupport/testserver"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 const (

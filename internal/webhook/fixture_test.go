@@ -19,8 +19,8 @@ import (
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/internal/webhook"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 func TestMain(m *testing.M) { testdb.Main(m) }

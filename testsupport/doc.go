@@ -4,4 +4,7 @@
 // checked against the OpenAPI document) and testbrowser (headless Chromium).
 // The service binary never imports them (the layering test holds that);
 // tools that need a throwaway database (cmd/migrategen, the bench) may.
+// It sits outside internal/ because testserver drives a door (it checks
+// exchanges against the REST door's OpenAPI document), and no internal/
+// package may depend on a door.
 package testsupport

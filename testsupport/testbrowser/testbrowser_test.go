@@ -6,7 +6,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testbrowser"
+	"github.com/voucherd/voucherd/testsupport/testbrowser"
 )
 
 // The helper itself: a page on its own origin runs its script, Eval awaits

@@ -23,9 +23,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/voucherd/voucherd/internal/testsupport/testdb"
 	"github.com/voucherd/voucherd/rest"
 	"github.com/voucherd/voucherd/rest/openapi"
+	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
 var (

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/voucherd/voucherd/internal/storage"
-	"github.com/voucherd/voucherd/internal/testsupport/testpg"
+	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
 // Dialects lists the databases every service test runs on.
