@@ -21,7 +21,7 @@ import (
 // No document holds a CPU (DECISIONS.md, "Hardening"): documentBounds
 // measures every document gqlgen has not already validated before gqlgen
 // parses and validates it (graph/bounds), the complexity walk costs each
-// fragment once (complexity.go), every request runs under a time budget,
+// fragment once (graph/engine/complexity.go), every request runs under a time budget,
 // and a refused document spends rate-limit budget like a field does
 // (guardedTransport), so a client sending hostile documents back to back is
 // soon answered 429 without further work.

@@ -21,6 +21,7 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/graph/bounds"
+	"github.com/voucherd/voucherd/graph/engine"
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/graph/graphiql"
 	"github.com/voucherd/voucherd/graph/wstransport"
@@ -130,12 +131,11 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	}
 	lim := newLimits(opts.RateLimit)
 	present := presentError(opts.Log)
-	es := &execSchema{
-		ExecutableSchema: generated.NewExecutableSchema(generated.Config{Resolvers: r, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
-		present:          present,
-		recheck:          opts.Recheck,
-		recent:           &recentChecks{},
-	}
+	// The engine renders each voucherUpdated change once per selection and
+	// prices connections by their page size (graph/engine).
+	es := engine.NewSchema(
+		generated.NewExecutableSchema(generated.Config{Resolvers: r, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
+		present, opts.Recheck)
 	srv := handler.New(es)
 	// The websocket transport is graph/wstransport, not gqlgen's: an idle
 	// subscriber holds no goroutine and net/http keeps nothing of its
@@ -158,7 +158,9 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		Log:          opts.Log,
 		CheckMessage: lim.checkMessage,
 	})
-	for _, t := range []graphql.Transport{ws, transport.Options{}, getTransport{metrics: opts.Metrics}, postTransport{metrics: opts.Metrics}} {
+	// GET and POST are graph/engine's: a lean POST, and request errors
+	// answered as the GraphQL-over-HTTP spec says.
+	for _, t := range []graphql.Transport{ws, transport.Options{}, engine.Get{Metrics: opts.Metrics}, engine.Post{Metrics: opts.Metrics}} {
 		srv.AddTransport(guardedTransport{Transport: t, lim: lim})
 	}
 	cache := lru.New[*ast.QueryDocument](1000)
@@ -167,7 +169,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	// token limit is a second fence.
 	srv.Use(documentBounds{limits: opts.Bounds, cache: cache})
 	srv.SetParserTokenLimit(opts.Bounds.Tokens)
-	srv.Use(newComplexityLimit(opts.ComplexityLimit))
+	srv.Use(engine.NewComplexityLimit(opts.ComplexityLimit))
 	srv.Use(transportRules{})
 	if opts.Development {
 		srv.Use(extension.Introspection{})
@@ -281,18 +283,16 @@ func limitBody(next http.Handler, lim *limits, budget time.Duration) http.Handle
 			if err := httpx.CheckJSON(body); err != nil {
 				if ae := apperr.From(err); len(ae.Details) == 0 {
 					// Not JSON at all: said as gqlgen's POST says it.
-					err = apperr.New(apperr.ValidationFailed, notGraphQLRequest)
+					err = apperr.New(apperr.ValidationFailed, engine.NotGraphQLRequest)
 				}
 				refuseRequest(w, r, lim, err)
 				return
 			}
 		}
-		r.Body = newReadBody(body)
+		r.Body = engine.NewReadBody(body)
 		next.ServeHTTP(w, r)
 	})
 }
-
-const notGraphQLRequest = "the request body is not a valid GraphQL request (JSON with query, variables, operationName)"
 
 // checkURL keeps the text rules for a GET's query, variables and
 // extensions parameters (and anything else in the URL).
@@ -403,7 +403,7 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		}
 		if strings.HasPrefix(gerr.Message, "json request body could not be decoded") {
 			// gqlgen echoes the whole body, which may hold a password.
-			gerr.Message = notGraphQLRequest
+			gerr.Message = engine.NotGraphQLRequest
 		}
 		gerr.Extensions = map[string]any{"code": string(code)}
 		return gerr

@@ -11,16 +11,18 @@ import (
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
 
+	"github.com/voucherd/voucherd/graph/engine"
 	"github.com/voucherd/voucherd/graph/wstransport"
 )
 
-// The engine (this transport, and graph's lean POST, complexity memo and
-// per-selection renderers) replaces parts of gqlgen and leans on its
+// The engine (this transport, and graph/engine: the lean POST, GET, the
+// complexity memo and the per-selection renderers) replaces parts of gqlgen and leans on its
 // internals: the OperationContext's fields, the executor's
 // ResponseHandler protocol, transport.WebsocketInitFunc and the
 // per-operation contexts. It is written against these exact versions; an
 // upgrade must re-read those parts of gqlgen (handler/transport's
-// websocket, graphql/executor) and then move these pins.
+// websocket, POST and GET, complexity, graphql/executor) and then move
+// these pins.
 const (
 	gqlgenVersion    = "v0.17.90"
 	gqlparserVersion = "v2.5.33"
@@ -29,6 +31,11 @@ const (
 // What the engine implements and takes from gqlgen, checked at compile time.
 var (
 	_ graphql.Transport               = (*wstransport.Transport)(nil)
+	_ graphql.Transport               = engine.Post{}
+	_ graphql.Transport               = engine.Get{}
+	_ graphql.ExecutableSchema        = (*engine.Schema)(nil)
+	_ graphql.HandlerExtension        = (*engine.ComplexityLimit)(nil)
+	_ graphql.OperationContextMutator = (*engine.ComplexityLimit)(nil)
 	_ transport.WebsocketInitFunc     = transport.WebsocketInitFunc(nil)
 	_ graphql.ResponseHandler         = graphql.ResponseHandler(nil)
 	_ graphql.RootFieldMiddleware     = graphql.RootFieldMiddleware(nil)
@@ -55,7 +62,7 @@ func TestTiedToGqlgenVersion(t *testing.T) {
 			t.Errorf("%s is replaced (%s): the engine is written against %s %s", path, replaced, path, v)
 		}
 		if got != v {
-			t.Errorf("%s is %s; the engine (graph/wstransport, graph's lean POST and renderers) is written against %s: re-read what it replaces in gqlgen before moving this pin", path, got, v)
+			t.Errorf("%s is %s; the engine (graph/wstransport, graph/engine) is written against %s: re-read what it replaces in gqlgen before moving this pin", path, got, v)
 		}
 	}
 	// The pin is visible where a reader looks for it.

@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"context"
@@ -30,8 +30,8 @@ func (c *countingSchema) Complexity(ctx context.Context, typeName, field string,
 // variables, and on every request when it can: a connection's page size
 // or a list of ids given as variables must never be served from the memo.
 func TestComplexityMemoOnlyKeepsCostsWithoutVariables(t *testing.T) {
-	es := &countingSchema{ExecutableSchema: &execSchema{ExecutableSchema: generated.NewExecutableSchema(generated.Config{})}}
-	limit := newComplexityLimit(300)
+	es := &countingSchema{ExecutableSchema: NewSchema(generated.NewExecutableSchema(generated.Config{}), nil, 0)}
+	limit := NewComplexityLimit(300)
 	if err := limit.Validate(es); err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"context"
@@ -11,18 +11,18 @@ import (
 	"github.com/vektah/gqlparser/v2/gqlerror"
 )
 
-// complexityLimit refuses an operation costing more than limit, as gqlgen's
+// ComplexityLimit refuses an operation costing more than limit, as gqlgen's
 // extension.FixedComplexityLimit does (same error, same statistics), but
 // computes an operation's cost once when the cost cannot depend on the
 // request's variables. Walking the document and building every field's
 // argument map was about 9 µs of a 450 µs read (docs/performance.md), and
 // most operations cost the same every time: only a connection's page size
-// and a list of ids (execSchema.Complexity) read arguments, which may be
+// and a list of ids (Schema.Complexity) read arguments, which may be
 // variables. An operation whose cost read any argument is computed on
 // every request. Costs are kept per parsed operation, which stays the same
 // while gqlgen's query cache holds its document, for at most
 // complexityMemoSize operations.
-type complexityLimit struct {
+type ComplexityLimit struct {
 	limit int
 	es    graphql.ExecutableSchema
 	memo  *lru.Cache[*ast.OperationDefinition, int]
@@ -37,27 +37,32 @@ const (
 	errComplexityLimit  = "COMPLEXITY_LIMIT_EXCEEDED"
 )
 
-func newComplexityLimit(limit int) *complexityLimit {
+// NewComplexityLimit refuses operations costing more than limit.
+func NewComplexityLimit(limit int) *ComplexityLimit {
 	memo, err := lru.New[*ast.OperationDefinition, int](complexityMemoSize)
 	if err != nil {
 		panic(err) // only for a size below 1
 	}
-	return &complexityLimit{limit: limit, memo: memo}
+	return &ComplexityLimit{limit: limit, memo: memo}
 }
 
 var _ interface {
 	graphql.OperationContextMutator
 	graphql.HandlerExtension
-} = &complexityLimit{}
+} = &ComplexityLimit{}
 
-func (*complexityLimit) ExtensionName() string { return complexityExtension }
+// ExtensionName is gqlgen's own limit's name.
+func (*ComplexityLimit) ExtensionName() string { return complexityExtension }
 
-func (c *complexityLimit) Validate(es graphql.ExecutableSchema) error {
+// Validate keeps the schema whose costs it computes.
+func (c *ComplexityLimit) Validate(es graphql.ExecutableSchema) error {
 	c.es = es
 	return nil
 }
 
-func (c *complexityLimit) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+// MutateOperationContext refuses an operation costing more than the limit
+// and records its cost in the operation's statistics, as gqlgen's does.
+func (c *ComplexityLimit) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	cost, err := c.cost(ctx, oc)
 	if err != nil {
 		return err
@@ -71,7 +76,7 @@ func (c *complexityLimit) MutateOperationContext(ctx context.Context, oc *graphq
 	return nil
 }
 
-func (c *complexityLimit) cost(ctx context.Context, oc *graphql.OperationContext) (int, *gqlerror.Error) {
+func (c *ComplexityLimit) cost(ctx context.Context, oc *graphql.OperationContext) (int, *gqlerror.Error) {
 	op := oc.Operation
 	if op == nil {
 		return 0, gqlerror.Errorf("no operation to run")

@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"bytes"
@@ -14,24 +14,26 @@ import (
 	"github.com/voucherd/voucherd/internal/metrics"
 )
 
-// postTransport serves GraphQL over POST with a JSON body. It is gqlgen's
+// Post serves GraphQL over POST with a JSON body. It is gqlgen's
 // transport.POST with the common case made lean, because the GraphQL door
 // pays gqlgen's per-request costs on top of REST's for the same read
-// (docs/performance.md): it decodes the bytes limitBody already read
-// (gqlgen reads the body again into a new buffer), sets its one header
-// without building header maps, and writes a response that holds only
-// data as {"data":...} around the bytes the executor produced (gqlgen
-// passes them through json.Marshal, which validates, compacts and copies
-// them once more). A request that cannot run is answered as the
-// GraphQL-over-HTTP spec says (writeRequestErrors, writeMalformed).
-type postTransport struct {
+// (docs/performance.md): it decodes the bytes the door already read
+// (NewReadBody; gqlgen reads the body again into a new buffer), sets its
+// one header without building header maps, and writes a response that
+// holds only data as {"data":...} around the bytes the executor produced
+// (gqlgen passes them through json.Marshal, which validates, compacts and
+// copies them once more). A request that cannot run is answered as the
+// GraphQL-over-HTTP spec says (WriteRequestErrors, WriteMalformed).
+type Post struct {
+	// Metrics counts documents refused before they ran (nil: none).
+	Metrics *metrics.GraphQL
 	gqlgen  transport.POST // only its Supports: a POST with a JSON body
-	metrics *metrics.GraphQL
 }
 
-var _ graphql.Transport = postTransport{}
+var _ graphql.Transport = Post{}
 
-func (t postTransport) Supports(r *http.Request) bool { return t.gqlgen.Supports(r) }
+// Supports is gqlgen's: a POST with a JSON body.
+func (t Post) Supports(r *http.Request) bool { return t.gqlgen.Supports(r) }
 
 // Response media types, as gqlgen names them; each header value is shared
 // by every response (net/http only reads it).
@@ -40,11 +42,12 @@ var (
 	contentTypeGraphQLResponse = []string{"application/graphql-response+json"}
 )
 
-func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	ct := responseType(r.Header.Get("Accept"))
+// Do runs the request's operation (see Post).
+func (t Post) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ct := ResponseType(r.Header.Get("Accept"))
 	body, ok := r.Body.(*readBody)
 	if !ok {
-		writeMalformed(w, ct, "the request has no body: POST a JSON object with query, variables, operationName")
+		WriteMalformed(w, ct, "the request has no body: POST a JSON object with query, variables, operationName")
 		return
 	}
 	start := graphql.Now()
@@ -52,11 +55,11 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	dec := json.NewDecoder(bytes.NewReader(body.b))
 	dec.UseNumber()
 	if err := dec.Decode(params); err != nil {
-		writeMalformed(w, ct, "the request body is not a valid GraphQL request (JSON with query, variables, operationName)")
+		WriteMalformed(w, ct, NotGraphQLRequest)
 		return
 	}
 	if params.Query == "" {
-		writeMalformed(w, ct, "the request has no query")
+		WriteMalformed(w, ct, "the request has no query")
 		return
 	}
 	params.Headers = r.Header
@@ -64,8 +67,8 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	ctx := r.Context()
 	rc, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
-		t.metrics.Rejected()
-		writeRequestErrors(w, r, exec, rc, errs, ct)
+		t.Metrics.Rejected()
+		WriteRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, rc)
@@ -88,12 +91,15 @@ func (t postTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.G
 	_, _ = io.WriteString(w, "}")
 }
 
-// responseType is the Content-Type gqlgen's POST answers an Accept header
+// NotGraphQLRequest is what a body that is not a GraphQL request is told.
+const NotGraphQLRequest = "the request body is not a valid GraphQL request (JSON with query, variables, operationName)"
+
+// ResponseType is the Content-Type gqlgen's POST answers an Accept header
 // with: the first of application/json, application/graphql-response+json
 // or a wildcard it names (a wildcard, or no header, meaning
 // application/json); application/graphql-response+json when it names
 // none of them.
-func responseType(accept string) []string {
+func ResponseType(accept string) []string {
 	if accept == "" || accept == "application/json" {
 		return contentTypeJSON
 	}
@@ -112,13 +118,15 @@ func responseType(accept string) []string {
 	return contentTypeGraphQLResponse
 }
 
-// readBody is a request body limitBody has read whole: b, read again
+// readBody is a request body the door has read whole: b, read again
 // through the embedded reader by whoever reads the request body.
 type readBody struct {
 	*bytes.Reader
 	b []byte
 }
 
-func newReadBody(b []byte) *readBody { return &readBody{Reader: bytes.NewReader(b), b: b} }
+// NewReadBody is a request body holding b, which the door has read whole
+// (and checked): Post decodes b itself instead of reading the body again.
+func NewReadBody(b []byte) io.ReadCloser { return &readBody{Reader: bytes.NewReader(b), b: b} }
 
 func (*readBody) Close() error { return nil }

@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"bytes"
@@ -16,26 +16,32 @@ import (
 	"github.com/voucherd/voucherd/internal/metrics"
 )
 
-// getTransport serves GraphQL over GET (queries only) as the
-// GraphQL-over-HTTP spec says: parameters query, operationName, variables
-// and extensions in the URL; a mutation is 405 with Allow: POST (a link or a
-// prefetch must never change anything; transportRules refuses it). gqlgen's
-// transport.GET answers 200 or 422 and writes "data": null on request
-// errors, which the spec's audit (graphql-http) flags.
-type getTransport struct{ metrics *metrics.GraphQL }
+// Get serves GraphQL over GET (queries only) as the GraphQL-over-HTTP spec
+// says: parameters query, operationName, variables and extensions in the
+// URL; a mutation is 405 with Allow: POST (a link or a prefetch must never
+// change anything; the door refuses it with an apperr.MethodNotAllowed,
+// which WriteRequestErrors turns into the 405). It replaces gqlgen's
+// transport.GET, which answers 200 or 422 and writes "data": null on
+// request errors, which the spec's audit (graphql-http) flags.
+type Get struct {
+	// Metrics counts documents refused before they ran (nil: none).
+	Metrics *metrics.GraphQL
+}
 
-var _ graphql.Transport = getTransport{}
+var _ graphql.Transport = Get{}
 
-func (getTransport) Supports(r *http.Request) bool {
+// Supports takes a GET that is not a websocket upgrade.
+func (Get) Supports(r *http.Request) bool {
 	return r.Method == http.MethodGet && r.Header.Get("Upgrade") == ""
 }
 
-func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	ct := responseType(r.Header.Get("Accept"))
+// Do runs the query in the request's URL (see Get).
+func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
+	ct := ResponseType(r.Header.Get("Accept"))
 	start := graphql.Now()
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		writeMalformed(w, ct, "the query string is malformed")
+		WriteMalformed(w, ct, "the query string is malformed")
 		return
 	}
 	params := &graphql.RawParams{
@@ -44,7 +50,7 @@ func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 		Headers:       r.Header,
 	}
 	if params.Query == "" {
-		writeMalformed(w, ct, "the request has no query parameter")
+		WriteMalformed(w, ct, "the request has no query parameter")
 		return
 	}
 	for _, p := range []struct {
@@ -55,7 +61,7 @@ func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 			dec := json.NewDecoder(strings.NewReader(v))
 			dec.UseNumber()
 			if err := dec.Decode(p.into); err != nil {
-				writeMalformed(w, ct, "the "+p.name+" parameter is not a JSON object")
+				WriteMalformed(w, ct, "the "+p.name+" parameter is not a JSON object")
 				return
 			}
 		}
@@ -63,8 +69,8 @@ func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 	rc, errs := exec.CreateOperationContext(r.Context(), params)
 	if errs != nil {
-		t.metrics.Rejected()
-		writeRequestErrors(w, r, exec, rc, errs, ct)
+		t.Metrics.Rejected()
+		WriteRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(r.Context(), rc)
@@ -76,23 +82,23 @@ func (t getTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Gr
 	_, _ = w.Write(b)
 }
 
-// writeMalformed answers a request that is not a GraphQL request at all
+// WriteMalformed answers a request that is not a GraphQL request at all
 // (no query, a body or parameter that is not JSON): 400 under either media
 // type, {"errors": [...]} without data.
-func writeMalformed(w http.ResponseWriter, ct []string, msg string) {
+func WriteMalformed(w http.ResponseWriter, ct []string, msg string) {
 	w.Header()["Content-Type"] = ct
 	w.WriteHeader(http.StatusBadRequest)
 	writeErrorsBody(w, gqlerror.List{{Message: msg, Extensions: map[string]any{"code": string(apperr.ValidationFailed)}}}, nil)
 }
 
-// writeRequestErrors answers a GraphQL request that could not start
+// WriteRequestErrors answers a GraphQL request that could not start
 // executing (a parse or validation error, a variable that does not coerce,
 // a limit, an operation on the wrong transport): the errors without a data
 // entry, with 400 under application/graphql-response+json and 200 under
 // application/json (the spec's rule for legacy clients that look only at
 // the body), except 405 and Allow: POST for a mutation over GET whatever
 // the media type.
-func writeRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor, rc *graphql.OperationContext, errs gqlerror.List, ct []string) {
+func WriteRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor, rc *graphql.OperationContext, errs gqlerror.List, ct []string) {
 	status := http.StatusOK
 	if ct[0] == contentTypeGraphQLResponse[0] {
 		status = http.StatusBadRequest
@@ -104,7 +110,7 @@ func writeRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.Gra
 			w.Header().Set("Allow", http.MethodPost)
 		}
 		if errors.As(e, &ae) && ae.Code == apperr.RateLimit {
-			// A refused document past its caller's budget (guardedExec).
+			// A refused document past its caller's budget (the door's rate limits).
 			status = http.StatusTooManyRequests
 			if ae.RetryAfterSeconds > 0 {
 				w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds))

@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"bytes"
@@ -24,7 +24,7 @@ import (
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
-// execSchema wraps the generated schema for two things gqlgen does not do:
+// Schema wraps the generated schema for two things gqlgen does not do:
 //
 //   - Rendering a change once. gqlgen resolves and serializes every
 //     subscription event per subscriber. For voucherUpdated the wrapper
@@ -38,7 +38,7 @@ import (
 //     what makes sharing safe.
 //   - Connection-aware complexity: a connection field costs its children
 //     times the page size it asks for, and nodes(ids:) the number of ids.
-type execSchema struct {
+type Schema struct {
 	graphql.ExecutableSchema
 	present graphql.ErrorPresenterFunc
 	// recheck bounds how long a subscriber keeps receiving after it lost
@@ -58,6 +58,14 @@ type execSchema struct {
 	// one event per rendering.
 	renderers      sync.Map
 	rendererShapes atomic.Int64
+}
+
+// NewSchema wraps es, the generated executable schema. present turns a
+// subscription's failure into the error it sends (the door's error
+// presenter); recheck is how often a subscription checks again, before
+// sending, that its caller may still follow what it follows.
+func NewSchema(es graphql.ExecutableSchema, present graphql.ErrorPresenterFunc, recheck time.Duration) *Schema {
+	return &Schema{ExecutableSchema: es, present: present, recheck: recheck, recent: &recentChecks{}}
 }
 
 // execSettings are the executor's parts of an OperationContext.
@@ -143,7 +151,7 @@ func (c *recentChecks) mark(key string, within time.Duration) {
 // rendering borrows gqlgen's state from a pool shared by every subscription
 // of the same selection (see renderer), or, for a selection that is not
 // shareable, builds it afresh (produce).
-func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
+func (e *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
 		return e.ExecutableSchema.Exec(ctx)
@@ -176,9 +184,9 @@ func (e *execSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 }
 
 // Complexity implements graphql.ExecutableSchema. A cost read from the
-// arguments is reported to complexityLimit (argsRead), which then does not
+// arguments is reported to ComplexityLimit (argsRead), which then does not
 // keep it for the next request.
-func (e *execSchema) Complexity(ctx context.Context, typeName, field string, child int, args map[string]any) (int, bool) {
+func (e *Schema) Complexity(ctx context.Context, typeName, field string, child int, args map[string]any) (int, bool) {
 	var fd *ast.FieldDefinition
 	if def := e.Schema().Types[typeName]; def != nil {
 		fd = def.Fields.ForName(field)
@@ -228,9 +236,10 @@ func asInt(v any) (int, bool) {
 // touches it, one call at a time (the websocket transport's worker, or a
 // goroutine waiting in next).
 type subRun struct {
-	e   *execSchema
-	r   *Resolver
-	sub *pubsub.Subscription
+	e *Schema
+	// vouchers answers whether the caller may still follow what it follows.
+	vouchers Vouchers
+	sub      *pubsub.Subscription
 	// watch is what the subscription follows.
 	watch voucher.Watch
 	// lean: the transport calls next when the hub has queued something;
@@ -314,7 +323,7 @@ func (run *subRun) recheck(ctx context.Context) error {
 	// is short): a query under the operation's context would give that
 	// context a Done channel and a children map, which an idle
 	// subscription would then carry for the rest of its life.
-	if err := run.r.Vouchers.MayFollow(context.WithoutCancel(ctx), run.watch); err != nil {
+	if err := run.vouchers.MayFollow(context.WithoutCancel(ctx), run.watch); err != nil {
 		return err
 	}
 	if recent != nil {
@@ -399,7 +408,7 @@ func (run *subRun) operation(vars map[string]any) *graphql.OperationContext {
 const maxRendererShapes = 1024
 
 // rendererPool is shape's pool of renderers; nil past maxRendererShapes.
-func (e *execSchema) rendererPool(shape unique.Handle[string]) *sync.Pool {
+func (e *Schema) rendererPool(shape unique.Handle[string]) *sync.Pool {
 	if p, ok := e.renderers.Load(shape); ok {
 		return p.(*sync.Pool)
 	}
@@ -478,9 +487,19 @@ func (run *subRun) fail(ctx context.Context, err error) {
 // through a stream of its own (produce), so nothing reads this one.
 var noVouchers = make(chan *ent.Voucher)
 
-// subscribeVouchers starts a voucherUpdated subscription for the resolver,
-// or hands a rendering its voucher.
-func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, businessID *string) (<-chan *ent.Voucher, error) {
+// Vouchers is what a voucherUpdated subscription asks of the voucher
+// domain (voucher.Service): may the caller start following, and the
+// current state (Watch); may it still follow (MayFollow).
+type Vouchers interface {
+	Watch(ctx context.Context, w voucher.Watch) (*ent.Voucher, error)
+	MayFollow(ctx context.Context, w voucher.Watch) error
+}
+
+// SubscribeVouchers is the voucherUpdated resolver: it starts a
+// subscription following what in names (validated by the domain), fed by
+// hub, or hands a rendering its voucher (the generated code resolves the
+// root field again for every rendering; see Schema.Exec).
+func SubscribeVouchers(ctx context.Context, hub *pubsub.Hub, vouchers Vouchers, in voucher.WatchInput) (<-chan *ent.Voucher, error) {
 	if feed, ok := ctx.Value(renderKey{}).(chan *ent.Voucher); ok {
 		return feed, nil
 	}
@@ -493,7 +512,7 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 	if run == nil || wstransport.ConnFromContext(ctx) == nil {
 		return nil, apperr.New(apperr.ValidationFailed, "subscriptions are served over a websocket on /graphql")
 	}
-	w, err := voucher.WatchInput{ID: id, SessionID: sessionID, BusinessID: businessID}.Validate()
+	w, err := in.Validate()
 	if err != nil {
 		return nil, err
 	}
@@ -501,8 +520,8 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 	// between arrives too, and the version check drops what is not newer.
 	// The load runs to its end even if the operation ends meanwhile (see
 	// subRun.recheck).
-	sub := r.Hub.Subscribe(w.Kind, w.Key)
-	v, err := r.Vouchers.Watch(context.WithoutCancel(ctx), w)
+	sub := hub.Subscribe(w.Kind, w.Key)
+	v, err := vouchers.Watch(context.WithoutCancel(ctx), w)
 	if err != nil {
 		sub.Close()
 		return nil, err
@@ -516,7 +535,7 @@ func (r *Resolver) subscribeVouchers(ctx context.Context, id, sessionID, busines
 	if !wstransport.OnEnd(ctx, sub.Close) {
 		context.AfterFunc(ctx, sub.Close)
 	}
-	run.r, run.sub, run.watch, run.checked = r, sub, w, monoNow()
+	run.vouchers, run.sub, run.watch, run.checked = vouchers, sub, w, monoNow()
 	return noVouchers, nil
 }
 

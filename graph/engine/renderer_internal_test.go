@@ -1,4 +1,4 @@
-package graph
+package engine
 
 import (
 	"strconv"
@@ -9,7 +9,7 @@ import (
 // Renderer pools are kept for at most maxRendererShapes selections: clients
 // choose their selections, and a pool is never removed.
 func TestRendererPoolsAreBounded(t *testing.T) {
-	e := &execSchema{}
+	e := &Schema{}
 	first := unique.Make("shape-0")
 	for i := range maxRendererShapes {
 		if e.rendererPool(unique.Make("shape-"+strconv.Itoa(i))) == nil {
