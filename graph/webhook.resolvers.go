@@ -15,7 +15,7 @@ import (
 )
 
 // CreateEndpoint is the resolver for the createEndpoint field.
-func (r *mutationResolver) CreateEndpoint(ctx context.Context, businessID string, input webhook.CreateEndpointInput) (*webhook.Endpoint, error) {
+func (r *mutationResolver) CreateEndpoint(ctx context.Context, businessID string, input webhook.CreateEndpointInput) (*webhook.EndpointWithSecret, error) {
 	return r.Webhooks.CreateEndpoint(ctx, businessID, input)
 }
 
@@ -34,7 +34,7 @@ func (r *mutationResolver) DeleteEndpoint(ctx context.Context, businessID string
 }
 
 // RotateSecret is the resolver for the rotateSecret field.
-func (r *mutationResolver) RotateSecret(ctx context.Context, businessID string, id string) (*webhook.Endpoint, error) {
+func (r *mutationResolver) RotateSecret(ctx context.Context, businessID string, id string) (*webhook.EndpointWithSecret, error) {
 	return r.Webhooks.RotateSecret(ctx, businessID, id)
 }
 

@@ -13,7 +13,7 @@ import (
 )
 
 // CreateWidget is the resolver for the createWidget field.
-func (r *mutationResolver) CreateWidget(ctx context.Context, businessID string, input widget.CreateInput) (*widget.Widget, error) {
+func (r *mutationResolver) CreateWidget(ctx context.Context, businessID string, input widget.CreateInput) (*widget.WithSecret, error) {
 	return r.Widgets.Create(ctx, businessID, input)
 }
 
@@ -23,7 +23,7 @@ func (r *mutationResolver) UpdateWidget(ctx context.Context, businessID string, 
 }
 
 // RotateWidgetSecret is the resolver for the rotateWidgetSecret field.
-func (r *mutationResolver) RotateWidgetSecret(ctx context.Context, businessID string, id string) (*widget.Widget, error) {
+func (r *mutationResolver) RotateWidgetSecret(ctx context.Context, businessID string, id string) (*widget.WithSecret, error) {
 	return r.Widgets.RotateSecret(ctx, businessID, id)
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
 
@@ -33,7 +34,7 @@ func (s *server) createEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, e)
+	return ok(w, view.OfEndpointWithSecret(e.WebhookEndpoint, e.SigningSecret))
 }
 
 func (s *server) listEndpoints(w http.ResponseWriter, r *http.Request) error {
@@ -50,11 +51,7 @@ func (s *server) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]*webhook.Endpoint, len(rows))
-	for i, e := range rows {
-		out[i] = webhook.EndpointView(e)
-	}
-	return ok(w, out)
+	return ok(w, view.OfEndpoints(rows))
 }
 
 func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -62,7 +59,7 @@ func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, webhook.EndpointView(e))
+	return ok(w, view.OfEndpoint(e))
 }
 
 func (s *server) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -74,7 +71,7 @@ func (s *server) updateEndpoint(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, webhook.EndpointView(e))
+	return ok(w, view.OfEndpoint(e))
 }
 
 func (s *server) deleteEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -96,7 +93,7 @@ func (s *server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, e)
+	return ok(w, view.OfEndpointWithSecret(e.WebhookEndpoint, e.SigningSecret))
 }
 
 func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
@@ -119,11 +116,7 @@ func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	out := make([]*webhook.Delivery, len(rows))
-	for i, d := range rows {
-		out[i] = webhook.DeliveryView(d, nil)
-	}
-	return ok(w, out)
+	return ok(w, view.OfDeliveries(rows))
 }
 
 func (s *server) getDelivery(w http.ResponseWriter, r *http.Request) error {
@@ -135,17 +128,7 @@ func (s *server) getDelivery(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	view := webhook.DeliveryView(d, attempts)
-	if view.AttemptLog == nil {
-		view.AttemptLog = []*webhook.Attempt{}
-	}
-	return ok(w, deliveryWithLog{Delivery: view, AttemptLog: view.AttemptLog})
-}
-
-// deliveryWithLog shows attemptLog even when it is empty (the list omits it).
-type deliveryWithLog struct {
-	*webhook.Delivery
-	AttemptLog []*webhook.Attempt `json:"attemptLog"`
+	return ok(w, view.OfDeliveryWithLog(d, attempts))
 }
 
 func (s *server) retryDelivery(w http.ResponseWriter, r *http.Request) error {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/widget"
 )
 
@@ -40,7 +41,7 @@ func (s *server) createWidget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, out)
+	return ok(w, view.OfWidgetWithSecret(out.Widget, out.ClientSecret))
 }
 
 func (s *server) listWidgets(w http.ResponseWriter, r *http.Request) error {
@@ -48,7 +49,7 @@ func (s *server) listWidgets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, widget.Views(ws))
+	return ok(w, view.OfWidgets(ws))
 }
 
 func (s *server) getWidget(w http.ResponseWriter, r *http.Request) error {
@@ -56,7 +57,7 @@ func (s *server) getWidget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, widget.View(x))
+	return ok(w, view.OfWidget(x))
 }
 
 func (s *server) updateWidget(w http.ResponseWriter, r *http.Request) error {
@@ -68,7 +69,7 @@ func (s *server) updateWidget(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, widget.View(x))
+	return ok(w, view.OfWidget(x))
 }
 
 func (s *server) rotateWidgetSecret(w http.ResponseWriter, r *http.Request) error {
@@ -79,7 +80,7 @@ func (s *server) rotateWidgetSecret(w http.ResponseWriter, r *http.Request) erro
 	if err != nil {
 		return err
 	}
-	return ok(w, out)
+	return ok(w, view.OfWidgetWithSecret(out.Widget, out.ClientSecret))
 }
 
 func (s *server) deleteWidget(w http.ResponseWriter, r *http.Request) error {

@@ -482,14 +482,14 @@ type MutationResolver interface {
 	ResolveVoucher(ctx context.Context, id string, input voucher.ResolveInput) (*ent.Voucher, error)
 	DiscardVoucher(ctx context.Context, id string) (*ent.Voucher, error)
 	InteropInit(ctx context.Context, id string, input voucher.InteropInitInput) (*voucher.Submission, error)
-	CreateEndpoint(ctx context.Context, businessID string, input webhook.CreateEndpointInput) (*webhook.Endpoint, error)
+	CreateEndpoint(ctx context.Context, businessID string, input webhook.CreateEndpointInput) (*webhook.EndpointWithSecret, error)
 	UpdateEndpoint(ctx context.Context, businessID string, id string, input webhook.UpdateEndpointInput) (*ent.WebhookEndpoint, error)
 	DeleteEndpoint(ctx context.Context, businessID string, id string) (string, error)
-	RotateSecret(ctx context.Context, businessID string, id string) (*webhook.Endpoint, error)
+	RotateSecret(ctx context.Context, businessID string, id string) (*webhook.EndpointWithSecret, error)
 	RetryDelivery(ctx context.Context, businessID string, id string) (*ent.WebhookDelivery, error)
-	CreateWidget(ctx context.Context, businessID string, input widget.CreateInput) (*widget.Widget, error)
+	CreateWidget(ctx context.Context, businessID string, input widget.CreateInput) (*widget.WithSecret, error)
 	UpdateWidget(ctx context.Context, businessID string, id string, input widget.UpdateInput) (*ent.Widget, error)
-	RotateWidgetSecret(ctx context.Context, businessID string, id string) (*widget.Widget, error)
+	RotateWidgetSecret(ctx context.Context, businessID string, id string) (*widget.WithSecret, error)
 	DeleteWidget(ctx context.Context, businessID string, id string) (string, error)
 }
 type QueryResolver interface {
@@ -8250,8 +8250,8 @@ func (ec *executionContext) _Mutation_createEndpoint(ctx context.Context, field 
 			return ec.Resolvers.Mutation().CreateEndpoint(ctx, fc.Args["businessId"].(string), fc.Args["input"].(webhook.CreateEndpointInput))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
-			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *webhook.EndpointWithSecret) graphql.Marshaler {
+			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpointWithSecret(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8382,8 +8382,8 @@ func (ec *executionContext) _Mutation_rotateSecret(ctx context.Context, field gr
 			return ec.Resolvers.Mutation().RotateSecret(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
-			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *webhook.EndpointWithSecret) graphql.Marshaler {
+			return ec.marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpointWithSecret(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8470,8 +8470,8 @@ func (ec *executionContext) _Mutation_createWidget(ctx context.Context, field gr
 			return ec.Resolvers.Mutation().CreateWidget(ctx, fc.Args["businessId"].(string), fc.Args["input"].(widget.CreateInput))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
-			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *widget.WithSecret) graphql.Marshaler {
+			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWithSecret(ctx, selections, v)
 		},
 		true,
 		true,
@@ -8558,8 +8558,8 @@ func (ec *executionContext) _Mutation_rotateWidgetSecret(ctx context.Context, fi
 			return ec.Resolvers.Mutation().RotateWidgetSecret(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
-			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v *widget.WithSecret) graphql.Marshaler {
+			return ec.marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWithSecret(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12146,7 +12146,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointEdge_cursor(_ context.Co
 	return graphql.NewScalarFieldContext("WebhookEndpointEdge", field, false, false, errors.New("field of type Cursor does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12169,7 +12169,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_id(_ context.
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_url(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_url(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12192,7 +12192,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_url(_ context
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_description(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_description(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12215,7 +12215,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_description(_
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_events(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_events(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12238,7 +12238,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_events(_ cont
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_enabled(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_enabled(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12261,7 +12261,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_enabled(_ con
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type Boolean does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12273,8 +12273,8 @@ func (ec *executionContext) _WebhookEndpointWithSecret_createdAt(ctx context.Con
 			return obj.CreatedAt, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
-			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12284,7 +12284,7 @@ func (ec *executionContext) fieldContext_WebhookEndpointWithSecret_createdAt(_ c
 	return graphql.NewScalarFieldContext("WebhookEndpointWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
-func (ec *executionContext) _WebhookEndpointWithSecret_signingSecret(ctx context.Context, field graphql.CollectedField, obj *webhook.Endpoint) (ret graphql.Marshaler) {
+func (ec *executionContext) _WebhookEndpointWithSecret_signingSecret(ctx context.Context, field graphql.CollectedField, obj *webhook.EndpointWithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12743,7 +12743,7 @@ func (ec *executionContext) fieldContext_WidgetWallet_address(_ context.Context,
 	return graphql.NewScalarFieldContext("WidgetWallet", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_id(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12766,7 +12766,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_id(_ context.Context, 
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_businessId(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_businessId(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12789,7 +12789,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_businessId(_ context.C
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type ID does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_name(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_name(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12812,7 +12812,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_name(_ context.Context
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_status(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_status(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12835,7 +12835,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_status(_ context.Conte
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type WidgetStatus does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_accepts(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_accepts(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12867,7 +12867,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_accepts(_ context.Cont
 	return fc, nil
 }
 
-func (ec *executionContext) _WidgetWithSecret_wallets(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_wallets(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12899,7 +12899,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_wallets(_ context.Cont
 	return fc, nil
 }
 
-func (ec *executionContext) _WidgetWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_createdAt(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12911,8 +12911,8 @@ func (ec *executionContext) _WidgetWithSecret_createdAt(ctx context.Context, fie
 			return obj.CreatedAt, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
-			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12922,7 +12922,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_createdAt(_ context.Co
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_updatedAt(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_updatedAt(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -12934,8 +12934,8 @@ func (ec *executionContext) _WidgetWithSecret_updatedAt(ctx context.Context, fie
 			return obj.UpdatedAt, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v apitime.Time) graphql.Marshaler {
-			return ec.marshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
 		},
 		true,
 		true,
@@ -12945,7 +12945,7 @@ func (ec *executionContext) fieldContext_WidgetWithSecret_updatedAt(_ context.Co
 	return graphql.NewScalarFieldContext("WidgetWithSecret", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
-func (ec *executionContext) _WidgetWithSecret_clientSecret(ctx context.Context, field graphql.CollectedField, obj *widget.Widget) (ret graphql.Marshaler) {
+func (ec *executionContext) _WidgetWithSecret_clientSecret(ctx context.Context, field graphql.CollectedField, obj *widget.WithSecret) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
 		ec.OperationContext,
@@ -21239,7 +21239,7 @@ func (ec *executionContext) _WebhookEndpointEdge(ctx context.Context, sel ast.Se
 
 var webhookEndpointWithSecretImplementors = []string{"WebhookEndpointWithSecret"}
 
-func (ec *executionContext) _WebhookEndpointWithSecret(ctx context.Context, sel ast.SelectionSet, obj *webhook.Endpoint) graphql.Marshaler {
+func (ec *executionContext) _WebhookEndpointWithSecret(ctx context.Context, sel ast.SelectionSet, obj *webhook.EndpointWithSecret) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, webhookEndpointWithSecretImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -21557,7 +21557,7 @@ func (ec *executionContext) _WidgetWallet(ctx context.Context, sel ast.Selection
 
 var widgetWithSecretImplementors = []string{"WidgetWithSecret"}
 
-func (ec *executionContext) _WidgetWithSecret(ctx context.Context, sel ast.SelectionSet, obj *widget.Widget) graphql.Marshaler {
+func (ec *executionContext) _WidgetWithSecret(ctx context.Context, sel ast.SelectionSet, obj *widget.WithSecret) graphql.Marshaler {
 	fields := graphql.CollectFields(ec.OperationContext, sel, widgetWithSecretImplementors)
 
 	out := graphql.NewFieldSet(fields)
@@ -22998,11 +22998,11 @@ func (ec *executionContext) marshalNWebhookEndpointOrderField2ᚖgithubᚗcomᚋ
 	return v
 }
 
-func (ec *executionContext) marshalNWebhookEndpointWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx context.Context, sel ast.SelectionSet, v webhook.Endpoint) graphql.Marshaler {
+func (ec *executionContext) marshalNWebhookEndpointWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpointWithSecret(ctx context.Context, sel ast.SelectionSet, v webhook.EndpointWithSecret) graphql.Marshaler {
 	return ec._WebhookEndpointWithSecret(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpoint(ctx context.Context, sel ast.SelectionSet, v *webhook.Endpoint) graphql.Marshaler {
+func (ec *executionContext) marshalNWebhookEndpointWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwebhookᚐEndpointWithSecret(ctx context.Context, sel ast.SelectionSet, v *webhook.EndpointWithSecret) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
@@ -23142,11 +23142,11 @@ func (ec *executionContext) unmarshalNWidgetWalletInput2ᚕgithubᚗcomᚋvouche
 	return res, nil
 }
 
-func (ec *executionContext) marshalNWidgetWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx context.Context, sel ast.SelectionSet, v widget.Widget) graphql.Marshaler {
+func (ec *executionContext) marshalNWidgetWithSecret2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWithSecret(ctx context.Context, sel ast.SelectionSet, v widget.WithSecret) graphql.Marshaler {
 	return ec._WidgetWithSecret(ctx, sel, &v)
 }
 
-func (ec *executionContext) marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWidget(ctx context.Context, sel ast.SelectionSet, v *widget.Widget) graphql.Marshaler {
+func (ec *executionContext) marshalNWidgetWithSecret2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋwidgetᚐWithSecret(ctx context.Context, sel ast.SelectionSet, v *widget.WithSecret) graphql.Marshaler {
 	if v == nil {
 		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
 			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")

@@ -1,8 +1,10 @@
 // Package view holds the JSON views the API answers with: a voucher with
-// its settlement, a session, a business and a membership as REST shows
-// them; the webhook payloads (data.voucher) and the checkout's public view
-// embed the voucher's and the settlement's. The
-// domain packages return ent rows and plain values; the doors render them
+// its settlement, a session, a business and a membership, a webhook
+// endpoint and delivery, and a widget as REST shows them; the webhook
+// payloads (data.voucher) and the checkout's public view embed the
+// voucher's and the settlement's. The domain packages return ent rows and
+// plain values (a secret shown once travels beside its row:
+// webhook.EndpointWithSecret, widget.WithSecret); the doors render them
 // here, so a field's JSON shape is decided once. GraphQL renders from the
 // schema instead (graph/model and the ent types).
 package view

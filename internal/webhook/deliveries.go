@@ -10,56 +10,11 @@ import (
 	"github.com/voucherd/voucherd/ent/event"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/paging"
 )
-
-// Delivery is the view of a delivery both doors render. AttemptLog is
-// filled by get-delivery only.
-type Delivery struct {
-	ID                 string        `json:"id"`
-	EndpointID         string        `json:"endpointId"`
-	EventID            string        `json:"eventId"`
-	EventType          string        `json:"eventType"`
-	Status             string        `json:"status"`
-	Attempts           int           `json:"attempts"`
-	LastAttemptAt      *apitime.Time `json:"lastAttemptAt,omitempty"`
-	LastResponseStatus *int          `json:"lastResponseStatus,omitempty"`
-	NextAttemptAt      *apitime.Time `json:"nextAttemptAt,omitempty"`
-	CreatedAt          apitime.Time  `json:"createdAt"`
-	AttemptLog         []*Attempt    `json:"attemptLog,omitempty"`
-}
-
-// Attempt is one recorded attempt.
-type Attempt struct {
-	ID             string       `json:"id"`
-	Manual         bool         `json:"manual"`
-	AttemptedAt    apitime.Time `json:"attemptedAt"`
-	DurationMs     int          `json:"durationMs"`
-	ResponseStatus *int         `json:"responseStatus,omitempty"`
-	Error          *string      `json:"error,omitempty"`
-}
-
-// DeliveryView renders a delivery; attempts, when given, become its log.
-func DeliveryView(d *ent.WebhookDelivery, attempts []*ent.DeliveryAttempt) *Delivery {
-	out := &Delivery{
-		ID: d.ID, EndpointID: d.EndpointID, EventID: d.EventID, EventType: d.EventType,
-		Status: string(d.Status), Attempts: d.Attempts,
-		LastAttemptAt: apitime.Ptr(d.LastAttemptAt), LastResponseStatus: d.LastResponseStatus,
-		NextAttemptAt: apitime.Ptr(d.NextAttemptAt), CreatedAt: apitime.From(d.CreatedAt),
-	}
-	if attempts != nil {
-		out.AttemptLog = make([]*Attempt, len(attempts))
-		for i, a := range attempts {
-			out.AttemptLog[i] = &Attempt{ID: a.ID, Manual: a.Manual, AttemptedAt: apitime.From(a.AttemptedAt),
-				DurationMs: a.DurationMs, ResponseStatus: a.ResponseStatus, Error: a.Error}
-		}
-	}
-	return out
-}
 
 // DeliveryFilter narrows the delivery log.
 type DeliveryFilter struct {

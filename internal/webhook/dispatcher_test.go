@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
 	"github.com/voucherd/voucherd/internal/webhook/signing"
@@ -480,7 +481,7 @@ func TestDeliveryLog(t *testing.T) {
 		if err != nil || len(log) < 1 || log[0].Error == nil || *log[0].Error != "connection refused" || log[0].ResponseStatus != nil {
 			t.Fatalf("log %+v %v", log, err)
 		}
-		v := webhook.DeliveryView(d, log)
+		v := view.OfDeliveryWithLog(d, log)
 		if v.EventType == "" || v.LastAttemptAt == nil || v.LastResponseStatus != nil || len(v.AttemptLog) != len(log) {
 			t.Fatalf("view %+v", v)
 		}

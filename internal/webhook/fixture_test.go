@@ -142,7 +142,7 @@ func (f *fixture) setBusinessStatus(t *testing.T, st entbusiness.Status) {
 }
 
 // endpoint creates an endpoint subscribed to events (all types when none).
-func (f *fixture) endpoint(t *testing.T, url string, events ...string) *webhook.Endpoint {
+func (f *fixture) endpoint(t *testing.T, url string, events ...string) *webhook.EndpointWithSecret {
 	t.Helper()
 	if len(events) == 0 {
 		events = webhook.EventTypes

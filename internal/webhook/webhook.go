@@ -23,7 +23,6 @@ import (
 	"github.com/voucherd/voucherd/ent/intercept"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
@@ -127,25 +126,13 @@ func hideDeleted() ent.Interceptor {
 	})
 }
 
-// Endpoint is the view of an endpoint both doors render. SigningSecret is
-// set only in the answer to create-endpoint and rotate-secret.
-type Endpoint struct {
-	ID            string       `json:"id"`
-	URL           string       `json:"url"`
-	Description   string       `json:"description"`
-	Events        []string     `json:"events"`
-	Enabled       bool         `json:"enabled"`
-	CreatedAt     apitime.Time `json:"createdAt"`
-	SigningSecret string       `json:"signingSecret,omitempty"`
-}
-
-// EndpointView renders an endpoint without its secret.
-func EndpointView(e *ent.WebhookEndpoint) *Endpoint {
-	events := e.Events
-	if events == nil {
-		events = []string{}
-	}
-	return &Endpoint{ID: e.ID, URL: e.URL, Description: e.Description, Events: events, Enabled: e.Enabled, CreatedAt: apitime.From(e.CreatedAt)}
+// EndpointWithSecret is an endpoint with the signing secret it was just
+// given: the answer to create-endpoint and rotate-secret, the only time the
+// secret is shown (REST renders it with view.OfEndpointWithSecret;
+// GraphQL's WebhookEndpointWithSecret binds to it).
+type EndpointWithSecret struct {
+	*ent.WebhookEndpoint
+	SigningSecret string
 }
 
 // CreateEndpointInput is the create-endpoint body.
@@ -229,7 +216,7 @@ func validateEvents(v *apperr.Validator, events []string) {
 
 // CreateEndpoint registers an endpoint. The signing secret is in the
 // answer and nowhere else, ever: it is stored sealed.
-func (s *Service) CreateEndpoint(ctx context.Context, businessID string, in CreateEndpointInput) (*Endpoint, error) {
+func (s *Service) CreateEndpoint(ctx context.Context, businessID string, in CreateEndpointInput) (*EndpointWithSecret, error) {
 	if _, err := s.manager(ctx, businessID); err != nil {
 		return nil, err
 	}
@@ -281,9 +268,7 @@ func (s *Service) CreateEndpoint(ctx context.Context, businessID string, in Crea
 		return nil, wrap(err)
 	}
 	s.log.InfoContext(ctx, "webhook endpoint created", "business_id", businessID, "endpoint_id", id)
-	out := EndpointView(created)
-	out.SigningSecret = secret
-	return out, nil
+	return &EndpointWithSecret{WebhookEndpoint: created, SigningSecret: secret}, nil
 }
 
 func (s *Service) newSecret(endpointID string) (secret, sealed string, err error) {
@@ -507,7 +492,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, businessID, id string) (*e
 // RotateSecret gives the endpoint a new signing secret, returned once. The
 // previous secret keeps signing (a second signature in the header) for
 // RotationGrace; rotating again within the grace drops the oldest.
-func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*Endpoint, error) {
+func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*EndpointWithSecret, error) {
 	b, err := s.manager(ctx, businessID)
 	if err != nil {
 		return nil, err
@@ -551,9 +536,7 @@ func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*End
 		return nil, wrap(err)
 	}
 	s.log.InfoContext(ctx, "webhook signing secret rotated", "business_id", businessID, "endpoint_id", id)
-	out := EndpointView(e)
-	out.SigningSecret = secret
-	return out, nil
+	return &EndpointWithSecret{WebhookEndpoint: e, SigningSecret: secret}, nil
 }
 
 // wrap keeps an *apperr.Error as is and makes anything else internal.

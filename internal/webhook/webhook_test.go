@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/signing"
 )
@@ -102,7 +103,7 @@ func TestCreateEndpointSecret(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if v := webhook.EndpointView(got); v.SigningSecret != "" {
+		if v := view.OfEndpoint(got); v.SigningSecret != "" {
 			t.Fatal("get shows the secret")
 		}
 		if strings.Contains(row.String(), e.SigningSecret) || strings.Contains(row.String(), row.SecretCiphertext) {

@@ -26,7 +26,6 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	entwidget "github.com/voucherd/voucherd/ent/widget"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
@@ -84,43 +83,13 @@ func NewService(db *storage.DB, o Options) (*Service, error) {
 	return &Service{db: db, vouchers: o.Vouchers, reg: o.Finance.Registry(), publicURL: strings.TrimRight(o.PublicURL, "/"), now: o.Now, log: o.Log}, nil
 }
 
-// Widget is the view both doors render. ClientSecret is set only in the
-// answers of create-widget and rotate-secret.
-type Widget struct {
-	ID           string                  `json:"id"`
-	BusinessID   string                  `json:"businessId"`
-	Name         string                  `json:"name"`
-	Status       entwidget.Status        `json:"status"`
-	Accepts      []payment.Accept        `json:"accepts"`
-	Wallets      []payment.NetworkWallet `json:"wallets"`
-	CreatedAt    apitime.Time            `json:"createdAt"`
-	UpdatedAt    apitime.Time            `json:"updatedAt"`
-	ClientSecret string                  `json:"clientSecret,omitempty"`
-}
-
-// View renders a widget without its secret.
-func View(w *ent.Widget) *Widget {
-	acc, wal := w.Accepts, w.Wallets
-	if acc == nil {
-		acc = []payment.Accept{}
-	}
-	if wal == nil {
-		wal = []payment.NetworkWallet{}
-	}
-	return &Widget{
-		ID: w.ID, BusinessID: w.BusinessID, Name: w.Name, Status: w.Status,
-		Accepts: acc, Wallets: wal,
-		CreatedAt: apitime.From(w.CreatedAt), UpdatedAt: apitime.From(w.UpdatedAt),
-	}
-}
-
-// Views renders a list (never null).
-func Views(ws []*ent.Widget) []*Widget {
-	out := make([]*Widget, len(ws))
-	for i, w := range ws {
-		out[i] = View(w)
-	}
-	return out
+// WithSecret is a widget with the client secret it was just given: the
+// answer to create-widget and rotate-secret, the only time the secret is
+// shown (REST renders it with view.OfWidgetWithSecret; GraphQL's
+// WidgetWithSecret binds to it).
+type WithSecret struct {
+	*ent.Widget
+	ClientSecret string
 }
 
 // CreateInput is the create-widget body.
@@ -280,7 +249,7 @@ var errNotFound = apperr.New(apperr.NotFound, "widget not found")
 
 // Create adds a widget to the business (OWNER or ADMIN) and returns it
 // with its client secret, the only time the secret is shown.
-func (s *Service) Create(ctx context.Context, businessID string, in CreateInput) (*Widget, error) {
+func (s *Service) Create(ctx context.Context, businessID string, in CreateInput) (*WithSecret, error) {
 	b, err := s.manager(ctx, businessID)
 	if err != nil {
 		return nil, err
@@ -328,9 +297,7 @@ func (s *Service) Create(ctx context.Context, businessID string, in CreateInput)
 	if err != nil {
 		return nil, apperr.From(err)
 	}
-	out := View(created)
-	out.ClientSecret = secret
-	return out, nil
+	return &WithSecret{Widget: created, ClientSecret: secret}, nil
 }
 
 // checkoutContext creates a widget's checkout context: a voucher session
@@ -461,7 +428,7 @@ func (s *Service) Update(ctx context.Context, businessID, id string, in UpdateIn
 
 // RotateSecret gives the widget a new client secret (OWNER or ADMIN): the
 // old one stops working with this commit.
-func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*Widget, error) {
+func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*WithSecret, error) {
 	b, err := s.manager(ctx, businessID)
 	if err != nil {
 		return nil, err
@@ -478,9 +445,7 @@ func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*Wid
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	out := View(w)
-	out.ClientSecret = secret
-	return out, nil
+	return &WithSecret{Widget: w, ClientSecret: secret}, nil
 }
 
 // Delete removes a widget (OWNER or ADMIN): its secret stops working at
