@@ -4,7 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"io"
 	"net/http"
 	"sort"
 	"strings"
@@ -14,6 +13,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/voucherd/voucherd/internal/storage"
+	"github.com/voucherd/voucherd/testsupport/apiclient"
 	"github.com/voucherd/voucherd/testsupport/testdb"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
@@ -329,22 +329,9 @@ func TestClosingASessionEndsItsResourceTokens(t *testing.T) {
 // rawDo sends one request with a plain HTTP client (see hostileCase.raw).
 func rawDo(t *testing.T, base, method, path, token, body string) *testserver.Response {
 	t.Helper()
-	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+	r, err := apiclient.New(base, &http.Client{Timeout: 30 * time.Second}).Send(context.Background(), method, path, token, body, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &testserver.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return &testserver.Response{Response: r}
 }

@@ -1,10 +1,7 @@
 package rest_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -25,34 +22,11 @@ const (
 // token when token is set).
 func doSecret(t *testing.T, srv *testserver.Server, method, path, secret, token string, body any) *testserver.Response {
 	t.Helper()
-	var rd io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, srv.URL+path, rd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
+	h := http.Header{}
 	if secret != "" {
-		req.Header.Set("X-Client-Secret", secret)
+		h.Set("X-Client-Secret", secret)
 	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := srv.Client.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	return &testserver.Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return srv.DoWith(t, method, path, token, body, h)
 }
 
 func widgetBody(name string) map[string]any {

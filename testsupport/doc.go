@@ -1,7 +1,9 @@
 // Package testsupport is the one parent of what tests share: testpg (a
 // throwaway PostgreSQL cluster), testdb (a fresh SQLite or PostgreSQL
 // database per test), testserver (the real voucherd binary and a client
-// checked against the OpenAPI document) and testbrowser (headless Chromium).
+// checked against the OpenAPI document), apiclient (the HTTP client of both
+// doors that testserver and the bench share) and testbrowser (headless
+// Chromium).
 // The service binary never imports them (the layering test holds that);
 // tools that need a throwaway database (cmd/migrategen, the bench) may.
 // It sits outside internal/ because testserver drives a door (it checks

@@ -3,21 +3,20 @@ package harness
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/voucherd/voucherd/testsupport/apiclient"
 )
 
-// API is a small client for the service's REST and GraphQL doors. Bodies
-// are marshalled before timing starts where a scenario cares (see Raw).
+// API is the service's client (testsupport/apiclient, the one the
+// end-to-end tests use) with the bench's operations on top. Bodies are
+// marshalled before timing starts where a scenario cares (see Raw).
 type API struct {
-	Base string
-	HTTP *http.Client
+	*apiclient.Client
 }
 
 // NewAPI returns a client keeping up to conns connections open to base.
@@ -29,7 +28,7 @@ func NewAPI(base string, conns int) *API {
 		IdleConnTimeout:     30 * time.Second,
 		DisableCompression:  true,
 	}
-	return &API{Base: base, HTTP: &http.Client{Transport: tr, Timeout: 60 * time.Second}}
+	return &API{apiclient.New(base, &http.Client{Transport: tr, Timeout: 60 * time.Second})}
 }
 
 // CloseIdle drops kept-alive connections (before a scenario that needs
@@ -37,76 +36,29 @@ func NewAPI(base string, conns int) *API {
 func (a *API) CloseIdle() { a.HTTP.Transport.(*http.Transport).CloseIdleConnections() }
 
 // StatusError is a non-200 answer.
-type StatusError struct {
-	Method, Path string
-	Status       int
-	Code         string
-	Body         string
-}
+type StatusError = apiclient.StatusError
 
-func (e *StatusError) Error() string {
-	return fmt.Sprintf("%s %s: %d %s %s", e.Method, e.Path, e.Status, e.Code, e.Body)
-}
-
-// Raw sends a pre-encoded body and returns the response body; any status
-// but 200 is a *StatusError.
+// Raw sends a pre-encoded body (nil for none) and returns the response
+// body; any status but 200 is a *StatusError.
 func (a *API) Raw(ctx context.Context, method, path, token string, body []byte) ([]byte, error) {
-	var rd io.Reader
+	var b any // a nil body sends nothing
 	if body != nil {
-		rd = bytes.NewReader(body)
+		b = body
 	}
-	req, err := http.NewRequestWithContext(ctx, method, a.Base+path, rd)
+	r, err := a.Send(ctx, method, path, token, b, nil)
 	if err != nil {
 		return nil, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := a.HTTP.Do(req)
-	if err != nil {
+	if err := r.Expect(method, path, http.StatusOK); err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		var e struct {
-			Code string `json:"code"`
-		}
-		_ = json.Unmarshal(b, &e)
-		if len(b) > 300 {
-			b = b[:300]
-		}
-		return nil, &StatusError{Method: method, Path: path, Status: resp.StatusCode, Code: e.Code, Body: string(b)}
-	}
-	return b, nil
+	return r.Body, nil
 }
 
 // Do marshals body (nil for none), sends it and decodes the answer into out
-// (if not nil).
+// (if not nil); any status but 200 is a *StatusError.
 func (a *API) Do(ctx context.Context, method, path, token string, body, out any) error {
-	var raw []byte
-	if body != nil {
-		var err error
-		if raw, err = json.Marshal(body); err != nil {
-			return err
-		}
-	}
-	b, err := a.Raw(ctx, method, path, token, raw)
-	if err != nil {
-		return err
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("%s %s: decode %q: %w", method, path, b, err)
-		}
-	}
-	return nil
+	return a.Call(ctx, method, path, token, body, out)
 }
 
 // Probe reports whether a route exists: without a token an existing guarded
@@ -117,23 +69,14 @@ func (a *API) Probe(ctx context.Context, method, path string) bool {
 	return ok && (se.Status == http.StatusUnauthorized || se.Status == http.StatusForbidden)
 }
 
-// GraphQLResponse is a GraphQL answer.
-type GraphQLResponse struct {
-	Data   json.RawMessage `json:"data"`
-	Errors []struct {
-		Message    string         `json:"message"`
-		Extensions map[string]any `json:"extensions"`
-	} `json:"errors"`
-}
-
 // GraphQL posts a document; GraphQL errors become a Go error.
 func (a *API) GraphQL(ctx context.Context, token, query string, vars map[string]any, out any) error {
-	var r GraphQLResponse
-	if err := a.Do(ctx, http.MethodPost, "/graphql", token, map[string]any{"query": query, "variables": vars}, &r); err != nil {
+	r, err := a.Client.GraphQL(ctx, token, query, vars)
+	if err != nil {
 		return err
 	}
-	if len(r.Errors) > 0 {
-		return fmt.Errorf("graphql: %s (%v)", r.Errors[0].Message, r.Errors[0].Extensions["code"])
+	if err := r.Err(); err != nil {
+		return err
 	}
 	if out != nil {
 		return json.Unmarshal(r.Data, out)
@@ -141,62 +84,21 @@ func (a *API) GraphQL(ctx context.Context, token, query string, vars map[string]
 	return nil
 }
 
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 // Identity is a signed-in caller.
-type Identity struct {
-	ID    string
-	Token string
-}
-
-type authResult struct {
-	Authorization struct {
-		Token string `json:"token"`
-	} `json:"authorization"`
-	User struct {
-		ID string `json:"id"`
-	} `json:"user"`
-}
-
-// Device signs up a new mobile device (a payer's wallet).
-func (a *API) Device(ctx context.Context) (Identity, error) {
-	var r authResult
-	err := a.Do(ctx, http.MethodPost, "/api/v1/auth/sign-up", "", map[string]any{"type": "mobile-device",
-		"data": map[string]any{"installationId": randomHex(16), "password": randomHex(20)}}, &r)
-	return Identity{ID: r.User.ID, Token: r.Authorization.Token}, err
-}
-
-// User signs up a new email-password user.
-func (a *API) User(ctx context.Context) (Identity, error) {
-	var r authResult
-	err := a.Do(ctx, http.MethodPost, "/api/v1/auth/sign-up", "", map[string]any{"type": "email-password",
-		"data": map[string]any{"email": "bench-" + randomHex(6) + "@example.com", "password": "pw-" + randomHex(10)}}, &r)
-	return Identity{ID: r.User.ID, Token: r.Authorization.Token}, err
-}
+type Identity = apiclient.Identity
 
 // Session is a payer's context.
-type Session struct {
-	ID   string `json:"id"`
-	Code string `json:"code"`
-}
+type Session = apiclient.Session
 
 // CreateSession opens a voucher session for payer.
 func (a *API) CreateSession(ctx context.Context, payer string) (Session, error) {
-	var s Session
-	err := a.Do(ctx, http.MethodPost, "/api/v1/vouchers/sessions/create-session", payer, nil, &s)
-	return s, err
+	return a.Session(ctx, payer)
 }
 
-// Resource signs in as a payee with a context code.
+// Resource signs in as a payee with a context code and returns its token.
 func (a *API) Resource(ctx context.Context, code string) (string, error) {
-	var r authResult
-	err := a.Do(ctx, http.MethodPost, "/api/v1/auth/sign-in", "", map[string]any{"type": "resource",
-		"data": map[string]any{"resource": "voucher::context::code::" + code}}, &r)
-	return r.Authorization.Token, err
+	id, err := a.Client.Resource(ctx, code)
+	return id.Token, err
 }
 
 // Voucher is the part of a voucher the bench reads.
@@ -234,7 +136,7 @@ var (
 
 func resolveBody(paymentID string) []byte {
 	return mustJSON(map[string]any{"receipts": []any{map[string]any{"paymentId": paymentID,
-		"transactionHash": "0x" + "ab" + randomHex(31)}}})
+		"transactionHash": "0x" + "ab" + apiclient.RandomHex(31)}}})
 }
 
 func mustJSON(v any) []byte {

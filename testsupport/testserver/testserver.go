@@ -1,17 +1,15 @@
 // Package testserver runs the real voucherd binary for end-to-end tests: it
 // builds cmd/voucherd once per test process, starts it on a free loopback
 // port against a fresh SQLite or PostgreSQL database, and gives tests a small
-// HTTP/GraphQL client with fixtures for the usual callers.
+// HTTP/GraphQL client with fixtures for the usual callers (the shared
+// testsupport/apiclient, failing the test on error).
 package testserver
 
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -25,6 +23,7 @@ import (
 
 	"github.com/voucherd/voucherd/rest"
 	"github.com/voucherd/voucherd/rest/openapi"
+	"github.com/voucherd/voucherd/testsupport/apiclient"
 	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
@@ -220,12 +219,9 @@ func (s *Server) Exited() (bool, int) {
 // Logs returns everything the process has written so far.
 func (s *Server) Logs() string { return s.logs.String() }
 
-// Response is a finished HTTP exchange.
-type Response struct {
-	Status int
-	Header http.Header
-	Body   []byte
-}
+// Response is a finished HTTP exchange (apiclient's, with decoding that
+// fails the test).
+type Response struct{ *apiclient.Response }
 
 // JSON decodes the body into v, failing t on error.
 func (r *Response) JSON(t testing.TB, v any) {
@@ -243,14 +239,9 @@ func (r *Response) Map(t testing.TB) map[string]any {
 	return m
 }
 
-// Code returns the error body's code ("" when absent).
-func (r *Response) Code() string {
-	var e struct {
-		Code string `json:"code"`
-	}
-	_ = json.Unmarshal(r.Body, &e)
-	return e.Code
-}
+// API is the shared client (testsupport/apiclient) of this server, through
+// Client: every /api/v1 exchange is checked against the OpenAPI document.
+func (s *Server) API() *apiclient.Client { return apiclient.New(s.URL, s.Client) }
 
 // Do sends a request; body is marshalled unless it is a string or []byte.
 func (s *Server) Do(t testing.TB, method, path, token string, body any) *Response {
@@ -261,148 +252,68 @@ func (s *Server) Do(t testing.TB, method, path, token string, body any) *Respons
 // DoWith is Do with extra request headers.
 func (s *Server) DoWith(t testing.TB, method, path, token string, body any, header http.Header) *Response {
 	t.Helper()
-	var rd io.Reader
-	switch b := body.(type) {
-	case nil:
-	case string:
-		rd = strings.NewReader(b)
-	case []byte:
-		rd = bytes.NewReader(b)
-	default:
-		j, err := json.Marshal(b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rd = bytes.NewReader(j)
-	}
-	req, err := http.NewRequestWithContext(context.Background(), method, s.URL+path, rd)
+	r, err := s.API().Send(context.Background(), method, path, token, body, header)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rd != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	for k, vs := range header {
-		for _, v := range vs {
-			req.Header.Add(k, v)
-		}
-	}
-	resp, err := s.Client.Do(req)
-	if err != nil {
-		t.Fatalf("%s %s: %v", method, path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &Response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return &Response{r}
 }
 
 // GraphQLResult is a GraphQL response.
-type GraphQLResult struct {
-	Data   json.RawMessage `json:"data"`
-	Errors []struct {
-		Message    string         `json:"message"`
-		Path       []any          `json:"path"`
-		Extensions map[string]any `json:"extensions"`
-	} `json:"errors"`
-}
-
-// ErrorCode returns the first error's extensions.code ("" when none).
-func (g *GraphQLResult) ErrorCode() string {
-	if len(g.Errors) == 0 {
-		return ""
-	}
-	c, _ := g.Errors[0].Extensions["code"].(string)
-	return c
-}
+type GraphQLResult = apiclient.GraphQLResult
 
 // GraphQL posts a document to /graphql.
 func (s *Server) GraphQL(t testing.TB, token, query string, vars map[string]any) *GraphQLResult {
 	t.Helper()
-	r := s.Do(t, http.MethodPost, "/graphql", token, map[string]any{"query": query, "variables": vars})
-	var g GraphQLResult
-	if err := json.Unmarshal(r.Body, &g); err != nil {
-		t.Fatalf("graphql response %d %s: %v", r.Status, r.Body, err)
+	g, err := s.API().GraphQL(context.Background(), token, query, vars)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &g
+	return g
 }
 
 // RandomHex returns n random bytes as hex, for unique test identities.
-func RandomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}
+func RandomHex(n int) string { return apiclient.RandomHex(n) }
 
 // Identity is a signed-in caller.
-type Identity struct {
-	ID    string
-	Token string
-	// Email and Password for email-password users; InstallationID for devices.
-	Email, Password, InstallationID string
-}
+type Identity = apiclient.Identity
 
-func (s *Server) signUp(t testing.TB, body map[string]any) Identity {
+// must fails t on err, or returns v.
+func must[T any](t testing.TB, what string, v T, err error) T {
 	t.Helper()
-	r := s.Do(t, http.MethodPost, "/api/v1/auth/sign-up", "", body)
-	if r.Status != 200 {
-		t.Fatalf("sign-up: %d %s", r.Status, r.Body)
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	var out struct {
-		Authorization struct{ Token string } `json:"authorization"`
-		User          struct{ ID string }    `json:"user"`
-	}
-	r.JSON(t, &out)
-	return Identity{ID: out.User.ID, Token: out.Authorization.Token}
+	return v
 }
 
 // Device signs up a new mobile device (a payer's wallet).
 func (s *Server) Device(t testing.TB) Identity {
 	t.Helper()
-	inst, pw := RandomHex(16), RandomHex(20)
-	id := s.signUp(t, map[string]any{"type": "mobile-device", "data": map[string]any{"installationId": inst, "password": pw}})
-	id.InstallationID, id.Password = inst, pw
-	return id
+	id, err := s.API().Device(context.Background())
+	return must(t, "sign-up", id, err)
 }
 
 // User signs up a new email-password user.
 func (s *Server) User(t testing.TB) Identity {
 	t.Helper()
-	email, pw := "u"+RandomHex(6)+"@example.com", "pw-"+RandomHex(8)
-	id := s.signUp(t, map[string]any{"type": "email-password", "data": map[string]any{"email": email, "password": pw}})
-	id.Email, id.Password = email, pw
-	return id
+	id, err := s.API().User(context.Background())
+	return must(t, "sign-up", id, err)
 }
 
 // Session opens a voucher session for payer and returns its id and code.
 func (s *Server) Session(t testing.TB, payer Identity) (id, code string) {
 	t.Helper()
-	r := s.Do(t, http.MethodPost, "/api/v1/vouchers/sessions/create-session", payer.Token, nil)
-	if r.Status != 200 {
-		t.Fatalf("create-session: %d %s", r.Status, r.Body)
-	}
-	var out struct{ ID, Code string }
-	r.JSON(t, &out)
-	return out.ID, out.Code
+	ses, err := s.API().Session(context.Background(), payer.Token)
+	ses = must(t, "create-session", ses, err)
+	return ses.ID, ses.Code
 }
 
 // Resource signs in as a payee with a context code.
 func (s *Server) Resource(t testing.TB, code string) Identity {
 	t.Helper()
-	r := s.Do(t, http.MethodPost, "/api/v1/auth/sign-in", "", map[string]any{"type": "resource", "data": map[string]any{"resource": "voucher::context::code::" + code}})
-	if r.Status != 200 {
-		t.Fatalf("resource sign-in: %d %s", r.Status, r.Body)
-	}
-	var out struct {
-		Authorization struct{ Token string } `json:"authorization"`
-	}
-	r.JSON(t, &out)
-	return Identity{Token: out.Authorization.Token}
+	id, err := s.API().Resource(context.Background(), code)
+	return must(t, "resource sign-in", id, err)
 }
 
 var (
