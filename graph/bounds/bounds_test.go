@@ -202,3 +202,37 @@ func fragmentsOfRepeats() string {
 	}
 	return b.String()
 }
+
+// The token limit counts as the parser's own limit does (each comment is a
+// token), and a document over it is refused by the lexer alone: no syntax
+// tree is built for it, so the refusal allocates next to nothing (the
+// parser stopping at its limit allocated a node per token, most of a
+// refused 30 KiB document's CPU).
+func TestTokenLimitLexesOnly(t *testing.T) {
+	l := bounds.Limits{Tokens: 100}
+	// 12 tokens and 2 comments around k strings.
+	doc := func(k int) string {
+		return "# a comment is a token\n{ nodes(ids: [" + strings.Repeat(`"x" `, k) + "]) { id } } # this one too"
+	}
+	if _, err := bounds.Check(doc(86), l); err != nil {
+		t.Fatalf("100 tokens: %v", err)
+	}
+	_, err := bounds.Check(doc(87), l)
+	if err == nil || !strings.Contains(err.Message, "more than 100 tokens") {
+		t.Fatalf("101 tokens: %v", err)
+	}
+	// A lexical error before the limit is the parser's to report.
+	_, err = bounds.Check(`{ a(x: "\q") }`+strings.Repeat(" b", 200), l)
+	if err == nil || strings.Contains(err.Message, "tokens") {
+		t.Fatalf("lexical error before the limit: %v", err)
+	}
+	q := repeatedFields(1400) // the 30 KiB attack: 7,000 tokens
+	allocs := testing.AllocsPerRun(20, func() {
+		if _, err := bounds.Check(q, bounds.Limits{}); err == nil || !strings.Contains(err.Message, "tokens") {
+			t.Fatalf("not refused for its tokens: %v", err)
+		}
+	})
+	if allocs > 20 {
+		t.Fatalf("a refusal at the token limit allocated %.0f times", allocs)
+	}
+}
