@@ -18,7 +18,8 @@ import (
 // transport.POST with the common case made lean, because the GraphQL door
 // pays gqlgen's per-request costs on top of REST's for the same read
 // (docs/performance.md): it decodes the bytes the door already read
-// (NewReadBody; gqlgen reads the body again into a new buffer), sets its
+// (NewReadBody; gqlgen reads the body again into a new buffer), with
+// decodeParams rather than encoding/json when the door checked them, sets its
 // one header without building header maps, and writes a response that
 // holds only data as {"data":...} around the bytes the executor produced
 // (gqlgen passes them through json.Marshal, which validates, compacts and
@@ -52,11 +53,13 @@ func (t Post) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecu
 	}
 	start := graphql.Now()
 	params := &graphql.RawParams{}
-	dec := json.NewDecoder(bytes.NewReader(body.b))
-	dec.UseNumber()
-	if err := dec.Decode(params); err != nil {
-		WriteMalformed(w, ct, NotGraphQLRequest)
-		return
+	if !body.checked || !decodeParams(body.b, params) {
+		dec := json.NewDecoder(bytes.NewReader(body.b))
+		dec.UseNumber()
+		if err := dec.Decode(params); err != nil {
+			WriteMalformed(w, ct, NotGraphQLRequest)
+			return
+		}
 	}
 	if params.Query == "" {
 		WriteMalformed(w, ct, "the request has no query")
@@ -119,14 +122,19 @@ func ResponseType(accept string) []string {
 }
 
 // readBody is a request body the door has read whole: b, read again
-// through the embedded reader by whoever reads the request body.
+// through the embedded reader by whoever reads the request body. checked
+// says httpx.CheckJSON accepted b (decodeParams may read it).
 type readBody struct {
 	*bytes.Reader
-	b []byte
+	b       []byte
+	checked bool
 }
 
-// NewReadBody is a request body holding b, which the door has read whole
-// (and checked): Post decodes b itself instead of reading the body again.
-func NewReadBody(b []byte) io.ReadCloser { return &readBody{Reader: bytes.NewReader(b), b: b} }
+// NewReadBody is a request body holding b, which the door has read whole:
+// Post decodes b itself instead of reading the body again. checked says
+// httpx.CheckJSON accepted b.
+func NewReadBody(b []byte, checked bool) io.ReadCloser {
+	return &readBody{Reader: bytes.NewReader(b), b: b, checked: checked}
+}
 
 func (*readBody) Close() error { return nil }
