@@ -10,42 +10,11 @@ import (
 
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/internal/identity"
-	"github.com/voucherd/voucherd/internal/payment"
 )
 
 // Viewer is the resolver for the viewer field.
 func (r *queryResolver) Viewer(ctx context.Context) (*identity.Viewer, error) {
 	return r.Identity.Viewer(ctx)
-}
-
-// TransactionHash is the resolver for the transactionHash field.
-func (r *receiptResolver) TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error) {
-	return emptyAsNull(obj.TransactionHash), nil
-}
-
-// Amount is the resolver for the amount field.
-func (r *receiptResolver) Amount(ctx context.Context, obj *payment.Receipt) (*string, error) {
-	return emptyAsNull(obj.Amount), nil
-}
-
-// PaidAmount is the resolver for the paidAmount field.
-func (r *settlementResolver) PaidAmount(ctx context.Context, obj *payment.Settlement) (*string, error) {
-	return emptyAsNull(obj.PaidAmount), nil
-}
-
-// Currency is the resolver for the currency field.
-func (r *settlementResolver) Currency(ctx context.Context, obj *payment.Settlement) (*string, error) {
-	return emptyAsNull(obj.Currency), nil
-}
-
-// Reason is the resolver for the reason field.
-func (r *settlementTransactionResolver) Reason(ctx context.Context, obj *payment.SettlementTransaction) (*string, error) {
-	return emptyAsNull(obj.Reason), nil
-}
-
-// Amount is the resolver for the amount field.
-func (r *settlementTransactionResolver) Amount(ctx context.Context, obj *payment.SettlementTransaction) (*string, error) {
-	return emptyAsNull(obj.Amount), nil
 }
 
 // Kind is the resolver for the kind field.
@@ -56,22 +25,8 @@ func (r *viewerResolver) Kind(ctx context.Context, obj *identity.Viewer) (string
 // Mutation returns generated.MutationResolver implementation.
 func (r *Resolver) Mutation() generated.MutationResolver { return &mutationResolver{r} }
 
-// Receipt returns generated.ReceiptResolver implementation.
-func (r *Resolver) Receipt() generated.ReceiptResolver { return &receiptResolver{r} }
-
-// Settlement returns generated.SettlementResolver implementation.
-func (r *Resolver) Settlement() generated.SettlementResolver { return &settlementResolver{r} }
-
-// SettlementTransaction returns generated.SettlementTransactionResolver implementation.
-func (r *Resolver) SettlementTransaction() generated.SettlementTransactionResolver {
-	return &settlementTransactionResolver{r}
-}
-
 // Viewer returns generated.ViewerResolver implementation.
 func (r *Resolver) Viewer() generated.ViewerResolver { return &viewerResolver{r} }
 
 type mutationResolver struct{ *Resolver }
-type receiptResolver struct{ *Resolver }
-type settlementResolver struct{ *Resolver }
-type settlementTransactionResolver struct{ *Resolver }
 type viewerResolver struct{ *Resolver }

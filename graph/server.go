@@ -177,6 +177,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	}
 	srv.AroundResponses(timeBudget(opts.TimeBudget))
 	srv.AroundFields(internalErrors)
+	srv.AroundFields(nullForAbsent)
 	if opts.Metrics != nil {
 		// Outside the rate limits, so a refused field counts too.
 		srv.AroundFields(func(ctx context.Context, next graphql.Resolver) (any, error) {

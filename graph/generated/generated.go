@@ -52,9 +52,6 @@ type ResolverRoot interface {
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Rates() RatesResolver
-	Receipt() ReceiptResolver
-	Settlement() SettlementResolver
-	SettlementTransaction() SettlementTransactionResolver
 	Subscription() SubscriptionResolver
 	Viewer() ViewerResolver
 	WebhookDelivery() WebhookDeliveryResolver
@@ -510,19 +507,6 @@ type RatesResolver interface {
 	Rates(ctx context.Context, obj *finance.Rates) (json.RawMessage, error)
 	UpdatedAt(ctx context.Context, obj *finance.Rates) (*time.Time, error)
 	Sources(ctx context.Context, obj *finance.Rates) ([]model.RateSource, error)
-}
-type ReceiptResolver interface {
-	TransactionHash(ctx context.Context, obj *payment.Receipt) (*string, error)
-	Amount(ctx context.Context, obj *payment.Receipt) (*string, error)
-}
-type SettlementResolver interface {
-	PaidAmount(ctx context.Context, obj *payment.Settlement) (*string, error)
-	Currency(ctx context.Context, obj *payment.Settlement) (*string, error)
-}
-type SettlementTransactionResolver interface {
-	Reason(ctx context.Context, obj *payment.SettlementTransaction) (*string, error)
-
-	Amount(ctx context.Context, obj *payment.SettlementTransaction) (*string, error)
 }
 type SubscriptionResolver interface {
 	VoucherUpdated(ctx context.Context, id *string, sessionID *string, businessID *string) (<-chan *ent.Voucher, error)
@@ -9723,18 +9707,18 @@ func (ec *executionContext) _Receipt_transactionHash(ctx context.Context, field 
 			return ec.fieldContext_Receipt_transactionHash(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Receipt().TransactionHash(ctx, obj)
+			return obj.TransactionHash, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Receipt_transactionHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Receipt", field, true, true, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("Receipt", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Receipt_amount(ctx context.Context, field graphql.CollectedField, obj *payment.Receipt) (ret graphql.Marshaler) {
@@ -9746,18 +9730,18 @@ func (ec *executionContext) _Receipt_amount(ctx context.Context, field graphql.C
 			return ec.fieldContext_Receipt_amount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Receipt().Amount(ctx, obj)
+			return obj.Amount, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalODecimal2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Receipt_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Receipt", field, true, true, errors.New("field of type Decimal does not have child fields"))
+	return graphql.NewScalarFieldContext("Receipt", field, false, false, errors.New("field of type Decimal does not have child fields"))
 }
 
 func (ec *executionContext) _Settlement_status(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
@@ -9861,18 +9845,18 @@ func (ec *executionContext) _Settlement_paidAmount(ctx context.Context, field gr
 			return ec.fieldContext_Settlement_paidAmount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Settlement().PaidAmount(ctx, obj)
+			return obj.PaidAmount, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalODecimal2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Settlement_paidAmount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Settlement", field, true, true, errors.New("field of type Decimal does not have child fields"))
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type Decimal does not have child fields"))
 }
 
 func (ec *executionContext) _Settlement_currency(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
@@ -9884,18 +9868,18 @@ func (ec *executionContext) _Settlement_currency(ctx context.Context, field grap
 			return ec.fieldContext_Settlement_currency(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.Settlement().Currency(ctx, obj)
+			return obj.Currency, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_Settlement_currency(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("Settlement", field, true, true, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("Settlement", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _Settlement_transactions(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
@@ -9985,18 +9969,18 @@ func (ec *executionContext) _SettlementTransaction_reason(ctx context.Context, f
 			return ec.fieldContext_SettlementTransaction_reason(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.SettlementTransaction().Reason(ctx, obj)
+			return obj.Reason, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_SettlementTransaction_reason(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("SettlementTransaction", field, true, true, errors.New("field of type String does not have child fields"))
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _SettlementTransaction_blockNumber(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
@@ -10054,18 +10038,18 @@ func (ec *executionContext) _SettlementTransaction_amount(ctx context.Context, f
 			return ec.fieldContext_SettlementTransaction_amount(ctx, field)
 		},
 		func(ctx context.Context) (any, error) {
-			return ec.Resolvers.SettlementTransaction().Amount(ctx, obj)
+			return obj.Amount, nil
 		},
 		nil,
-		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
-			return ec.marshalODecimal2ᚖstring(ctx, selections, v)
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalODecimal2string(ctx, selections, v)
 		},
 		true,
 		false,
 	)
 }
 func (ec *executionContext) fieldContext_SettlementTransaction_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
-	return graphql.NewScalarFieldContext("SettlementTransaction", field, true, true, errors.New("field of type Decimal does not have child fields"))
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Decimal does not have child fields"))
 }
 
 func (ec *executionContext) _Subscription_voucherUpdated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
@@ -19954,74 +19938,12 @@ func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, 
 		case "paymentId":
 			out.Values[i] = ec._Receipt_paymentId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "transactionHash":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Receipt_transactionHash(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._Receipt_transactionHash(ctx, field, obj)
 		case "amount":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Receipt_amount(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._Receipt_amount(ctx, field, obj)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -20059,93 +19981,31 @@ func (ec *executionContext) _Settlement(ctx context.Context, sel ast.SelectionSe
 		case "status":
 			out.Values[i] = ec._Settlement_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "verified":
 			out.Values[i] = ec._Settlement_verified(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "requiredConfirmations":
 			out.Values[i] = ec._Settlement_requiredConfirmations(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "confirmations":
 			out.Values[i] = ec._Settlement_confirmations(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "paidAmount":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Settlement_paidAmount(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._Settlement_paidAmount(ctx, field, obj)
 		case "currency":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._Settlement_currency(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._Settlement_currency(ctx, field, obj)
 		case "transactions":
 			out.Values[i] = ec._Settlement_transactions(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
@@ -20184,86 +20044,24 @@ func (ec *executionContext) _SettlementTransaction(ctx context.Context, sel ast.
 		case "transactionHash":
 			out.Values[i] = ec._SettlementTransaction_transactionHash(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "status":
 			out.Values[i] = ec._SettlementTransaction_status(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "reason":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._SettlementTransaction_reason(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._SettlementTransaction_reason(ctx, field, obj)
 		case "blockNumber":
 			out.Values[i] = ec._SettlementTransaction_blockNumber(ctx, field, obj)
 		case "confirmations":
 			out.Values[i] = ec._SettlementTransaction_confirmations(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				atomic.AddUint32(&out.Invalids, 1)
+				out.Invalids++
 			}
 		case "amount":
-			field := field
-
-			innerFunc := func(ctx context.Context, _ *graphql.FieldSet) (res graphql.Marshaler) {
-				defer func() {
-					if r := recover(); r != nil {
-						ec.Error(ctx, ec.Recover(ctx, r))
-					}
-				}()
-				res = ec._SettlementTransaction_amount(ctx, field, obj)
-				return res
-			}
-
-			if field.Deferrable != nil {
-				dfs, ok := deferred[field.Deferrable.Label]
-				di := 0
-				if ok {
-					dfs.AddField(field)
-					di = len(dfs.Values) - 1
-				} else {
-					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
-					deferred[field.Deferrable.Label] = dfs
-				}
-				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
-					return innerFunc(ctx, dfs)
-				})
-
-				// don't run the out.Concurrently() call below
-				out.Values[i] = graphql.Null
-				continue
-			}
-
-			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+			out.Values[i] = ec._SettlementTransaction_amount(ctx, field, obj)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -23666,6 +23464,18 @@ func (ec *executionContext) unmarshalOCustomPaymentInput2ᚕgithubᚗcomᚋvouch
 		}
 	}
 	return res, nil
+}
+
+func (ec *executionContext) unmarshalODecimal2string(ctx context.Context, v any) (string, error) {
+	res, err := scalars.UnmarshalDecimal(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalODecimal2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	_ = ctx
+	res := scalars.MarshalDecimal(v)
+	return res
 }
 
 func (ec *executionContext) unmarshalODecimal2ᚖstring(ctx context.Context, v any) (*string, error) {

@@ -1,0 +1,25 @@
+package graph
+
+import (
+	"context"
+
+	"github.com/99designs/gqlgen/graphql"
+)
+
+// nullForAbsent is the graph's one null-for-absent rule: a field REST
+// leaves out is null here, never "". Optional strings the Go model keeps
+// as "" (a receipt's transactionHash and amount, a settlement's paidAmount
+// and currency, a settlement transaction's reason and amount, a viewer's
+// email) are bound straight to the schema's nullable String and Decimal
+// fields, and this field middleware turns their empty value into null for
+// every nullable field, so no resolver repeats the rule. A non-null field
+// keeps its "" (an endpoint's description may be empty).
+func nullForAbsent(ctx context.Context, next graphql.Resolver) (any, error) {
+	res, err := next(ctx)
+	if s, ok := res.(string); ok && s == "" && err == nil {
+		if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Field.Field != nil && fc.Field.Definition != nil && !fc.Field.Definition.Type.NonNull {
+			return nil, nil
+		}
+	}
+	return res, err
+}
