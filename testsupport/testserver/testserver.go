@@ -33,10 +33,23 @@ var (
 	buildErr  error
 )
 
-// Binary builds cmd/voucherd once and returns its path.
+// BinaryEnv names a voucherd binary already built for this run: make test
+// (scripts/test.sh) builds cmd/voucherd once and sets it, so the packages
+// that run the binary share one build instead of linking one each.
+const BinaryEnv = "VOUCHERD_TEST_BIN"
+
+// Binary returns the path of the voucherd binary: the one BinaryEnv names,
+// or cmd/voucherd built once for this test process.
 func Binary(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
+		if p := os.Getenv(BinaryEnv); p != "" {
+			if _, err := os.Stat(p); err != nil {
+				buildErr = fmt.Errorf("%s: %v", BinaryEnv, err)
+			}
+			binPath = p
+			return
+		}
 		out, err := exec.Command("go", "env", "GOMOD").Output()
 		if err != nil {
 			buildErr = err
