@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/big"
+	"sync"
 	"time"
 
 	"github.com/shopspring/decimal"
@@ -107,13 +108,26 @@ type Service struct {
 	polled     func(network string, err error)
 	// updateText is updateStatement in the database's dialect.
 	updateText string
+	// countsHead, countsRow, countsTail make countsStatement's text for a
+	// number of rows (see commitCounts).
+	countsHead, countsRow, countsTail string
 }
 
-// watched is a verified network and its watcher's wake-up line.
+// watched is a verified network, its watcher's wake-up line and what its
+// polls keep between them.
 type watched struct {
 	Network
 	typ  string
 	wake chan struct{}
+
+	// mu makes one poll of the network at a time in this process (Run's
+	// goroutine, or a caller of Poll).
+	mu sync.Mutex
+	// pending are the vouchers pending on the network as the last poll
+	// read or wrote them, by id. A resolved voucher's row changes only
+	// with its version, so a poll reads again only the rows whose version
+	// moved (see Service.pending).
+	pending map[string]*ent.Voucher
 }
 
 // NewService returns the settlement service over db, for the networks of
@@ -144,6 +158,7 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 		now:        func() time.Time { return now().UTC().Truncate(time.Microsecond) },
 		updateText: db.Rebind(updateStatement),
 	}
+	s.countsHead, s.countsRow, s.countsTail = countsStatement(db.Dialect)
 	for _, n := range o.Networks {
 		if err := n.Validate(); err != nil {
 			return nil, fmt.Errorf("settlement: network %q: %w", n.Name, err)

@@ -1,17 +1,18 @@
 package settlement
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/predicate"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -56,6 +57,7 @@ func (s *Service) watch(ctx context.Context, n *watched) {
 			timer.Stop()
 		}
 		delay := n.PollInterval
+		start := time.Now()
 		err := s.Poll(ctx, n.Name)
 		if s.polled != nil && ctx.Err() == nil {
 			s.polled(n.Name, err)
@@ -71,6 +73,10 @@ func (s *Service) watch(ctx context.Context, n *watched) {
 			s.log.WarnContext(ctx, "settlement poll failed; retrying", "network", n.Name, "retryIn", delay.String(), "err", err.Error())
 		} else {
 			failures = 0
+			// A fixed cadence: the next poll is due pollInterval after
+			// this one started, so a slow poll does not push every later
+			// block's verdicts back by its own length.
+			delay = max(delay-time.Since(start), 0)
 		}
 		timer.Reset(delay)
 	}
@@ -114,9 +120,9 @@ func (s *Service) Poll(ctx context.Context, network string) error {
 }
 
 func (s *Service) poll(ctx context.Context, n *watched) error {
-	vs, err := s.db.Voucher.Query().
-		Where(entvoucher.SettlementNetwork(n.Name), entvoucher.StatusEQ(entvoucher.StatusRESOLVED)).
-		All(ctx)
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	vs, err := s.pending(ctx, n)
 	if err != nil || len(vs) == 0 {
 		return err
 	}
@@ -217,27 +223,83 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 	// Changes that cause events (a payment first mined, a verdict) commit
 	// first, in their own transactions, so their deliveries do not wait
 	// behind the confirmation counts every new block moves on every other
-	// pending settlement.
-	slices.SortStableFunc(changes, func(a, b change) int {
-		return cmp.Compare(len(b.events), len(a.events))
-	})
+	// pending settlement; those follow, a statement for many.
+	var counts []change
+	for _, c := range changes {
+		if len(c.events) == 0 && !c.next.Final() {
+			counts = append(counts, c)
+		}
+	}
+	changes = slices.DeleteFunc(changes, func(c change) bool { return len(c.events) == 0 && !c.next.Final() })
 	for len(changes) > 0 {
 		k := min(len(changes), batchSize)
-		if len(changes[0].events) > 0 {
-			for k = 0; k < len(changes) && k < batchSize && len(changes[k].events) > 0; k++ {
-			}
-		}
-		if err := s.commit(ctx, changes[:k], now); err != nil {
+		if err := s.commit(ctx, n, changes[:k], now); err != nil {
 			errs = append(errs, err)
 		}
 		changes = changes[k:]
 	}
+	for len(counts) > 0 {
+		k := min(len(counts), batchSize)
+		if err := s.commitCounts(ctx, n, counts[:k], now); err != nil {
+			errs = append(errs, err)
+		}
+		counts = counts[k:]
+	}
 	return errors.Join(errs...)
 }
 
+// readChunk bounds the ids of one IN list (SQLite takes at most 32,766
+// parameters in a statement).
+const readChunk = 1000
+
+// pending reads the vouchers pending on n: their ids and versions (an
+// index range on settlement_network), then the rows of only those the
+// watcher does not hold at that version. A resolved voucher's row changes
+// only with its version (every writer bumps it; the watcher keeps what it
+// wrote itself), so a poll of a thousand pending settlements reads a
+// thousand (id, version) pairs, not a thousand rows and their JSON.
+func (s *Service) pending(ctx context.Context, n *watched) ([]*ent.Voucher, error) {
+	where := func(more ...predicate.Voucher) []predicate.Voucher {
+		return append([]predicate.Voucher{entvoucher.SettlementNetwork(n.Name), entvoucher.StatusEQ(entvoucher.StatusRESOLVED)}, more...)
+	}
+	keys, err := s.db.Voucher.Query().Where(where()...).Select(entvoucher.FieldID, entvoucher.FieldVersion).All(ctx)
+	if err != nil {
+		return nil, err
+	}
+	next := make(map[string]*ent.Voucher, len(keys))
+	var stale []string
+	for _, k := range keys {
+		if v := n.pending[k.ID]; v != nil && v.Version == k.Version {
+			next[k.ID] = v
+		} else {
+			stale = append(stale, k.ID)
+		}
+	}
+	for len(stale) > 0 {
+		m := min(len(stale), readChunk)
+		rows, err := s.db.Voucher.Query().Where(where(entvoucher.IDIn(stale[:m]...))...).All(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range rows {
+			next[v.ID] = v
+		}
+		stale = stale[m:]
+	}
+	n.pending = next
+	vs := make([]*ent.Voucher, 0, len(next))
+	for _, k := range keys {
+		if v := next[k.ID]; v != nil {
+			vs = append(vs, v)
+		}
+	}
+	return vs, nil
+}
+
 // batchSize bounds how many settlement changes share one database
-// transaction: a block that confirms a thousand payments commits a few
-// times, not a thousand (the commit, not the statements, is what costs).
+// transaction or statement: a block that confirms a thousand payments
+// commits a few times, not a thousand (the commit, not the statements, is
+// what costs).
 const batchSize = 1000
 
 // change is one voucher's settlement change, judged from one poll.
@@ -269,7 +331,7 @@ func jsonArg(dialect string, b []byte) any {
 // in one transaction; then each change is published to voucherUpdated. A
 // voucher that moved since it was read is skipped (the next poll judges
 // it again).
-func (s *Service) commit(ctx context.Context, cs []change, now time.Time) error {
+func (s *Service) commit(ctx context.Context, n *watched, cs []change, now time.Time) error {
 	written := make([]*ent.Voucher, 0, len(cs))
 	err := s.db.Tx(ctx, func(tx *ent.Tx) error {
 		written = written[:0]
@@ -309,9 +371,91 @@ func (s *Service) commit(ctx context.Context, cs []change, now time.Time) error 
 		return nil
 	})
 	if err != nil {
+		for _, c := range cs {
+			delete(n.pending, c.v.ID)
+		}
+		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
+	}
+	for _, c := range cs {
+		delete(n.pending, c.v.ID)
+	}
+	for _, v := range written {
+		if !v.Settlement.Final() {
+			n.pending[v.ID] = v
+		}
+		s.pub.Publish(pubsub.ChangeOf(v).WithState(v))
+	}
+	return nil
+}
+
+// countsStatement is updateStatement for many settlement changes that
+// cause no event (the confirmation counts a new block moves on every
+// pending settlement, a reorg putting a transaction back to PENDING) in
+// one statement: head, then row once per change (id, the version the
+// watcher judged, the new settlement), then tail. Each row is guarded as
+// updateStatement's is; RETURNING names the ones written. Neither
+// settlement_network nor the voucher's status moves.
+func countsStatement(dialect string) (head, row, tail string) {
+	if dialect == storage.Postgres {
+		return "UPDATE vouchers AS v SET settlement = CAST(x.column3 AS jsonb), updated_at = ?, version = v.version + 1 FROM (VALUES ",
+			"(?, CAST(? AS bigint), ?)",
+			") AS x WHERE v.id = x.column1 AND v.version = x.column2 AND v.status = 'RESOLVED' RETURNING v.id"
+	}
+	return "UPDATE vouchers SET settlement = x.column3, updated_at = ?, version = vouchers.version + 1 FROM (VALUES ",
+		"(?, CAST(? AS INTEGER), ?)",
+		") AS x WHERE vouchers.id = x.column1 AND vouchers.version = x.column2 AND vouchers.status = 'RESOLVED' RETURNING vouchers.id"
+}
+
+// commitCounts records settlement changes that cause no event in one
+// statement (countsStatement), then publishes each written one to
+// voucherUpdated. A voucher that moved since it was read is skipped (the
+// next poll judges it again).
+func (s *Service) commitCounts(ctx context.Context, n *watched, cs []change, now time.Time) error {
+	var b strings.Builder
+	b.WriteString(s.countsHead)
+	args := make([]any, 0, 1+3*len(cs))
+	args = append(args, now)
+	byID := make(map[string]change, len(cs))
+	for i, c := range cs {
+		val, err := json.Marshal(c.next)
+		if err != nil {
+			return fmt.Errorf("settlement: encode: %w", err)
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(s.countsRow)
+		args = append(args, c.v.ID, c.v.Version, jsonArg(s.db.Dialect, val))
+		byID[c.v.ID] = c
+		// Held again only as written (below).
+		delete(n.pending, c.v.ID)
+	}
+	b.WriteString(s.countsTail)
+	rows, err := s.db.SQL.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	if err != nil {
+		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
+	}
+	var written []*ent.Voucher
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
+		}
+		c, ok := byID[id]
+		if !ok {
+			continue
+		}
+		nv := *c.v
+		nv.Settlement, nv.Version, nv.UpdatedAt = c.next, c.v.Version+1, now
+		written = append(written, &nv)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
 		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
 	}
 	for _, v := range written {
+		n.pending[v.ID] = v
 		s.pub.Publish(pubsub.ChangeOf(v).WithState(v))
 	}
 	return nil
