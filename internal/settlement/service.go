@@ -158,7 +158,7 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 		now:        func() time.Time { return now().UTC().Truncate(time.Microsecond) },
 		updateText: db.Rebind(updateStatement),
 	}
-	s.countsHead, s.countsRow, s.countsTail = countsStatement(db.Dialect)
+	s.countsHead, s.countsRow, s.countsTail = countsStatement()
 	for _, n := range o.Networks {
 		if err := n.Validate(); err != nil {
 			return nil, fmt.Errorf("settlement: network %q: %w", n.Name, err)

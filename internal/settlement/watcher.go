@@ -388,75 +388,114 @@ func (s *Service) commit(ctx context.Context, n *watched, cs []change, now time.
 	return nil
 }
 
-// countsStatement is updateStatement for many settlement changes that
-// cause no event (the confirmation counts a new block moves on every
+// countsStatement (PostgreSQL) is updateStatement for many settlement
+// changes that cause no event (the confirmation counts a new block moves on every
 // pending settlement, a reorg putting a transaction back to PENDING) in
 // one statement: head, then row once per change (id, the version the
 // watcher judged, the new settlement), then tail. Each row is guarded as
 // updateStatement's is; RETURNING names the ones written. Neither
 // settlement_network nor the voucher's status moves.
-func countsStatement(dialect string) (head, row, tail string) {
-	if dialect == storage.Postgres {
-		return "UPDATE vouchers AS v SET settlement = CAST(x.column3 AS jsonb), updated_at = ?, version = v.version + 1 FROM (VALUES ",
-			"(?, CAST(? AS bigint), ?)",
-			") AS x WHERE v.id = x.column1 AND v.version = x.column2 AND v.status = 'RESOLVED' RETURNING v.id"
-	}
-	return "UPDATE vouchers SET settlement = x.column3, updated_at = ?, version = vouchers.version + 1 FROM (VALUES ",
-		"(?, CAST(? AS INTEGER), ?)",
-		") AS x WHERE vouchers.id = x.column1 AND vouchers.version = x.column2 AND vouchers.status = 'RESOLVED' RETURNING vouchers.id"
+func countsStatement() (head, row, tail string) {
+	return "UPDATE vouchers AS v SET settlement = CAST(x.column3 AS jsonb), updated_at = ?, version = v.version + 1 FROM (VALUES ",
+		"(?, CAST(? AS bigint), ?)",
+		") AS x WHERE v.id = x.column1 AND v.version = x.column2 AND v.status = 'RESOLVED' RETURNING v.id"
 }
 
-// commitCounts records settlement changes that cause no event in one
-// statement (countsStatement), then publishes each written one to
-// voucherUpdated. A voucher that moved since it was read is skipped (the
-// next poll judges it again).
+// commitCounts records settlement changes that cause no event, then
+// publishes each written one to voucherUpdated. A voucher that moved since
+// it was read is skipped (the next poll judges it again). On PostgreSQL
+// they are one statement (countsStatement): one round trip, not one per
+// voucher. On SQLite, in process, a statement is a function call, not a
+// round trip, and its planner does not join a VALUES list to the primary
+// key (measured: 4x the CPU of one UPDATE per row); there they are
+// updateStatement prepared once and run per voucher, in one transaction.
 func (s *Service) commitCounts(ctx context.Context, n *watched, cs []change, now time.Time) error {
-	var b strings.Builder
-	b.WriteString(s.countsHead)
-	args := make([]any, 0, 1+3*len(cs))
-	args = append(args, now)
-	byID := make(map[string]change, len(cs))
+	vals := make([]any, len(cs))
 	for i, c := range cs {
 		val, err := json.Marshal(c.next)
 		if err != nil {
 			return fmt.Errorf("settlement: encode: %w", err)
 		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(s.countsRow)
-		args = append(args, c.v.ID, c.v.Version, jsonArg(s.db.Dialect, val))
-		byID[c.v.ID] = c
+		vals[i] = jsonArg(s.db.Dialect, val)
 		// Held again only as written (below).
 		delete(n.pending, c.v.ID)
 	}
-	b.WriteString(s.countsTail)
-	rows, err := s.db.SQL.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	var ok map[string]bool
+	var err error
+	if s.db.IsPostgres() {
+		ok, err = s.countsInOne(ctx, cs, vals, now)
+	} else {
+		ok, err = s.countsPrepared(ctx, cs, vals, now)
+	}
 	if err != nil {
 		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
 	}
-	var written []*ent.Voucher
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
-		}
-		c, ok := byID[id]
-		if !ok {
+	for _, c := range cs {
+		if !ok[c.v.ID] {
 			continue
 		}
 		nv := *c.v
 		nv.Settlement, nv.Version, nv.UpdatedAt = c.next, c.v.Version+1, now
-		written = append(written, &nv)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return fmt.Errorf("settlement: record %d changes: %w", len(cs), err)
-	}
-	for _, v := range written {
-		n.pending[v.ID] = v
-		s.pub.Publish(pubsub.ChangeOf(v).WithState(v))
+		n.pending[nv.ID] = &nv
+		s.pub.Publish(pubsub.ChangeOf(&nv).WithState(&nv))
 	}
 	return nil
+}
+
+// countsInOne runs countsStatement and returns the ids it wrote.
+func (s *Service) countsInOne(ctx context.Context, cs []change, vals []any, now time.Time) (map[string]bool, error) {
+	var b strings.Builder
+	b.WriteString(s.countsHead)
+	args := make([]any, 0, 1+3*len(cs))
+	args = append(args, now)
+	for i, c := range cs {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(s.countsRow)
+		args = append(args, c.v.ID, c.v.Version, vals[i])
+	}
+	b.WriteString(s.countsTail)
+	rows, err := s.db.SQL.QueryContext(ctx, s.db.Rebind(b.String()), args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	ok := make(map[string]bool, len(cs))
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ok[id] = true
+	}
+	return ok, rows.Err()
+}
+
+// countsPrepared runs updateStatement, prepared once, for each change in
+// one transaction and returns the ids it wrote.
+func (s *Service) countsPrepared(ctx context.Context, cs []change, vals []any, now time.Time) (map[string]bool, error) {
+	tx, err := s.db.SQL.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer tx.Rollback() //nolint:errcheck // after Commit, a no-op
+	stmt, err := tx.PrepareContext(ctx, s.updateText)
+	if err != nil {
+		return nil, err
+	}
+	defer stmt.Close()
+	ok := make(map[string]bool, len(cs))
+	for i, c := range cs {
+		res, err := stmt.ExecContext(ctx, vals[i], *c.v.SettlementNetwork, now, c.v.ID, c.v.Version)
+		if err != nil {
+			return nil, err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return nil, err
+		} else if n == 1 {
+			ok[c.v.ID] = true
+		}
+	}
+	return ok, tx.Commit()
 }
