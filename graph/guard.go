@@ -166,17 +166,15 @@ func valuesText(doc *ast.QueryDocument) bool {
 }
 
 // guardedTransport hands its transport an executor that charges refused
-// documents to the caller's rate-limit budget.
+// documents to the caller's rate-limit budget (when the limits are on) and
+// to its address's pacing (pacing.go).
 type guardedTransport struct {
 	graphql.Transport
 	lim *limits
 }
 
 func (t guardedTransport) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor) {
-	if t.lim != nil {
-		exec = guardedExec{GraphExecutor: exec, lim: t.lim}
-	}
-	t.Transport.Do(w, r, exec)
+	t.Transport.Do(w, r, guardedExec{GraphExecutor: exec, lim: t.lim})
 }
 
 type guardedExec struct {
@@ -187,6 +185,7 @@ type guardedExec struct {
 func (e guardedExec) CreateOperationContext(ctx context.Context, p *graphql.RawParams) (*graphql.OperationContext, gqlerror.List) {
 	oc, errs := e.GraphExecutor.CreateOperationContext(ctx, p)
 	if len(errs) > 0 {
+		refusedPaced(ctx)
 		if err := e.lim.refused(ctx); err != nil {
 			return oc, gqlerror.List{err}
 		}

@@ -3,7 +3,10 @@ package graph_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -317,4 +320,76 @@ func refusal(c *wsClient, id string) string {
 		c.t.Fatalf("after the error of %s: %s %s", id, m.Type, m.ID)
 	}
 	return code
+}
+
+// Refused documents are paced by address: after a refusal, the address's
+// next GraphQL request waits a multiple of what the refused one took (999x
+// here, so that it shows), at most MaxRefusalWait; other addresses and
+// addresses whose documents pass do not wait. Over HTTP, one client on
+// 127.0.0.1 and one on 127.0.0.2. Storage plays no part: SQLite only.
+func TestRefusedDocumentsArePacedByAddress(t *testing.T) {
+	const maxWait = 400 * time.Millisecond
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.Options{RefusalShare: 0.001, MaxRefusalWait: maxWait}})
+	from := func(ip string) *http.Client {
+		d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		return &http.Client{Transport: &http.Transport{DialContext: d.DialContext}}
+	}
+	attacker, other := from("127.0.0.1"), from("127.0.0.2")
+	send := func(c *http.Client, query string) (string, time.Duration) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"query": query})
+		start := time.Now()
+		resp, err := c.Post(h.srv.URL+"/graphql", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		took := time.Since(start)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%d %s", resp.StatusCode, b)
+		}
+		if bytes.Contains(b, []byte(`"validation_failed"`)) {
+			return "refused", took
+		}
+		if !bytes.Contains(b, []byte(`"__typename":"Query"`)) {
+			t.Fatalf("answered %s", b)
+		}
+		return "served", took
+	}
+	hostile := hostileDocuments()["repeated fields in 30 KiB"]
+	// Warm both connections: nothing owed yet, nobody waits.
+	for _, c := range []*http.Client{attacker, other} {
+		if got, took := send(c, `{ __typename }`); got != "served" || took > maxWait/4 {
+			t.Fatalf("before any refusal: %s in %v", got, took)
+		}
+	}
+	// The refusal itself is not delayed (lexing 7,000 tokens takes well
+	// over the 0.1 ms that earns 100 ms here).
+	if got, _ := send(attacker, hostile); got != "refused" {
+		t.Fatal("the hostile document was not refused")
+	}
+	if got, took := send(other, `{ __typename }`); got != "served" || took > maxWait/4 {
+		t.Fatalf("another address after the refusal: %s in %v", got, took)
+	}
+	if got, took := send(attacker, `{ __typename }`); got != "served" || took < 100*time.Millisecond || took > maxWait+time.Second {
+		t.Fatalf("the refused address's next request: %s in %v, want 100ms to %v", got, took, maxWait)
+	}
+	// Paid: a document that passes earns no wait.
+	if got, took := send(attacker, `{ __typename }`); got != "served" || took > maxWait/4 {
+		t.Fatalf("after the wait: %s in %v", got, took)
+	}
+	// Many refusals at once owe at most MaxRefusalWait.
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			send(attacker, hostile)
+		}()
+	}
+	wg.Wait()
+	if got, took := send(attacker, `{ __typename }`); got != "served" || took < maxWait/2 || took > maxWait+time.Second {
+		t.Fatalf("after 8 refusals at once: %s in %v, want about %v", got, took, maxWait)
+	}
 }

@@ -77,6 +77,11 @@ type Options struct {
 	// Sockets registers authenticated websockets so that Sockets.End can
 	// close them when their grounds end (nil: NewHandler makes one).
 	Sockets *Sockets
+	// RefusalShare is the share of one core an address's refused
+	// documents may take on average, and MaxRefusalWait the longest its
+	// next request waits for it (pacing.go; defaults when zero).
+	RefusalShare   float64
+	MaxRefusalWait time.Duration
 }
 
 // Defaults of Options.
@@ -203,7 +208,12 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	})
 
 	mux := http.NewServeMux()
-	mux.Handle("/graphql", lim.middleware(limitBody(srv, lim, opts.TimeBudget)))
+	var clientAddr func(*http.Request) string
+	if opts.RateLimit != nil {
+		clientAddr = opts.RateLimit.ClientAddr
+	}
+	pacer := newRefusalPacer(opts.RefusalShare, opts.MaxRefusalWait, clientAddr)
+	mux.Handle("/graphql", lim.middleware(limitBody(srv, lim, pacer, opts.TimeBudget)))
 	if opts.Development {
 		gi := graphiql.Handler()
 		mux.Handle("GET /graphiql", gi)
@@ -243,7 +253,7 @@ type methodKey struct{}
 // JSON key: 400 validation_failed, charged as a refused document); gives
 // the request its time budget; and notes the request method for
 // transportRules (all but POST: a request without a note is a POST).
-func limitBody(next http.Handler, lim *limits, budget time.Duration) http.Handler {
+func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.Duration) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if websocket.IsWebSocketUpgrade(r) {
 			// Its messages are bounded by the transport's read limit, and
@@ -256,6 +266,12 @@ func limitBody(next http.Handler, lim *limits, budget time.Duration) http.Handle
 		r = r.WithContext(ctx)
 		if r.Method != http.MethodPost {
 			r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+		}
+		// An address whose documents were refused waits its turn before
+		// anything of its request is read (pacing.go).
+		r, ok := pacer.admit(r)
+		if !ok {
+			return
 		}
 		if err := checkURL(r); err != nil {
 			refuseRequest(w, r, lim, err)
@@ -366,6 +382,7 @@ func isJSON(contentType string) bool {
 // GraphQL request error (400, no data), after charging it as a refused
 // document.
 func refuseRequest(w http.ResponseWriter, r *http.Request, lim *limits, err error) {
+	refusedPaced(r.Context())
 	if rl := lim.refused(r.Context()); rl != nil {
 		err = rl.Err
 	}

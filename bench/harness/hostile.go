@@ -49,7 +49,9 @@ func hostileBodies() [][]byte {
 // (<= 2x). The quiet and the loaded GET take turns slice by slice, so a
 // change in the machine's speed falls on both alike. Rate limits are off
 // in the bench, so no refusal is cut short by a 429: every document is
-// read and refused.
+// read and refused. Refusal pacing (graph/pacing.go) is on, as in
+// production: it is not a rate limit, and it is what keeps the two
+// clients, which share the harness's address, to a tenth of a core.
 func (s *pgScenarios) hostile(ctx context.Context) {
 	h := s.h
 	const attackers = 2
@@ -151,7 +153,7 @@ func (s *pgScenarios) hostile(ctx context.Context) {
 	rs := refusals.Summary(tRefusals)
 	h.add(&report.Result{ID: ids[0].id, Group: "hostile", Name: ids[0].name, Unit: "req", Latency: &rs,
 		Figures: []report.Figure{{Name: "process CPU per refusal (with the loaded GET's share)", Value: float64(cpuLoaded) / float64(max(rs.Count, 1)) / float64(time.Microsecond), Unit: "µs"}},
-		Notes:   []string{note, fmt.Sprintf("%d bodies in turn: fragments spreading twice per level (40 levels), 1,400 and 2,700 repeated fields, a NUL in a variable, a repeated key; no token; rate limits off", len(bodies))}})
+		Notes:   []string{note, fmt.Sprintf("%d bodies in turn: fragments spreading twice per level (40 levels), 1,400 and 2,700 repeated fields, a NUL in a variable, a repeated key; no token; rate limits off, refusal pacing on", len(bodies))}})
 	qs := quiet.Summary(tQuiet)
 	h.add(&report.Result{ID: ids[1].id, Group: "hostile", Name: ids[1].name, Unit: "req", Latency: &qs, Notes: []string{note},
 		Figures: []report.Figure{serviceCPU(cpuQuiet, tQuiet), busyFigure(share(busyQuiet, ticksQuiet))}})

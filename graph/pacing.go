@@ -1,0 +1,141 @@
+package graph
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Refused documents are paced by client address (docs/hardening.md,
+// "Refusal pacing"). A refusal is cheap, but a client that sends refused
+// documents back to back is answered as fast as it sends, so two such
+// clients kept the service's two cores busy between them, and every other
+// request queued behind their refusals (REST GET p99 5.7 x its unloaded
+// figure). After each refusal, the address's next GraphQL request over
+// HTTP waits a multiple of the time the refused one took, so that an
+// address's refused documents take at most RefusalShare of one core on
+// average, whatever they are and however quickly it sends them. An address
+// whose documents are not refused never waits; the wait an address has
+// earned never exceeds MaxRefusalWait (requests are then served after that
+// wait, within the time budget; the rate limits, when on, answer a flood of
+// refused documents with 429).
+
+// Defaults of Options.RefusalShare and Options.MaxRefusalWait.
+const (
+	DefaultRefusalShare   = 0.1
+	DefaultMaxRefusalWait = 250 * time.Millisecond
+)
+
+type refusalPacer struct {
+	// factor is the wait earned per unit of time a refused request took:
+	// (1 - share) / share.
+	factor  float64
+	maxWait time.Duration
+	addr    func(*http.Request) string
+
+	mu  sync.Mutex
+	due map[string]time.Time // when the address's next request may start
+	// sweepAt is the map size at which expired entries are dropped.
+	sweepAt int
+}
+
+func newRefusalPacer(share float64, maxWait time.Duration, addr func(*http.Request) string) *refusalPacer {
+	if share <= 0 || share > 1 {
+		share = DefaultRefusalShare
+	}
+	if maxWait <= 0 {
+		maxWait = DefaultMaxRefusalWait
+	}
+	if addr == nil {
+		addr = func(r *http.Request) string {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				return r.RemoteAddr
+			}
+			return host
+		}
+	}
+	return &refusalPacer{factor: (1 - share) / share, maxWait: maxWait, addr: addr, due: map[string]time.Time{}, sweepAt: 1024}
+}
+
+type pacedKey struct{}
+
+// paced is one HTTP request's pacing: its address, and when its work
+// started (after any wait).
+type paced struct {
+	p     *refusalPacer
+	addr  string
+	start time.Time
+}
+
+// admit makes a GraphQL request over HTTP wait until its address is due,
+// before its body is read, and notes in its context when its work starts.
+// It reports false if the request ended while waiting (nothing is to be
+// written then). Websocket messages are not paced.
+func (p *refusalPacer) admit(r *http.Request) (*http.Request, bool) {
+	addr := p.addr(r)
+	if wait := p.wait(addr, time.Now()); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-r.Context().Done():
+			t.Stop()
+			return r, false
+		}
+	}
+	ctx := context.WithValue(r.Context(), pacedKey{}, &paced{p: p, addr: addr, start: time.Now()})
+	return r.WithContext(ctx), true
+}
+
+// wait is how long a request of addr arriving at now waits.
+func (p *refusalPacer) wait(addr string, now time.Time) time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	due, ok := p.due[addr]
+	if !ok {
+		return 0
+	}
+	if !due.After(now) {
+		delete(p.due, addr)
+		return 0
+	}
+	return due.Sub(now)
+}
+
+// refused charges the request in ctx (if it is paced) for its refusal:
+// its address waits factor times what the request took, added to what it
+// already owes, at most maxWait from now.
+func refusedPaced(ctx context.Context) {
+	pc, _ := ctx.Value(pacedKey{}).(*paced)
+	if pc == nil {
+		return
+	}
+	pc.p.charge(pc.addr, pc.start, time.Now())
+}
+
+func (p *refusalPacer) charge(addr string, start, now time.Time) {
+	earned := time.Duration(float64(now.Sub(start)) * p.factor)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	due := p.due[addr]
+	if due.Before(now) {
+		due = now
+	}
+	due = due.Add(earned)
+	if limit := now.Add(p.maxWait); due.After(limit) {
+		due = limit
+	}
+	p.due[addr] = due
+	if len(p.due) >= p.sweepAt {
+		for a, d := range p.due {
+			if !d.After(now) {
+				delete(p.due, a)
+			}
+		}
+		// Entries live at most maxWait: the map holds the addresses
+		// refused within the last maxWait.
+		p.sweepAt = max(1024, 2*len(p.due))
+	}
+}
