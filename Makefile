@@ -87,6 +87,7 @@ fuzz:
 	$(GO) test ./internal/money -run '^$$' -fuzz FuzzParse -fuzztime 30s
 	$(GO) test ./internal/httpx -run '^$$' -fuzz FuzzCheckJSON -fuzztime 30s
 	$(GO) test ./graph/bounds -run '^$$' -fuzz FuzzCheck -fuzztime 30s
+	$(GO) test ./graph/engine -run '^$$' -fuzz FuzzDecodeParams -fuzztime 30s
 
 ## bench: the service against the machine's own limits (pgbench running its
 ## redeem SQL, a bare net/http read, a bare websocket fan-out), measured side
