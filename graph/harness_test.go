@@ -18,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/services"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
@@ -99,7 +100,7 @@ func newHarness(t testing.TB, dialect string, o harnessOptions) *harness {
 		o.graph.Log = quietLog()
 	}
 	h := graph.NewHandler(&graph.Resolver{
-		Sessions: sessions, Vouchers: vouchers, Businesses: businesses, Hub: hub,
+		Services: services.Services{Sessions: sessions, Vouchers: vouchers, Businesses: businesses}, Hub: hub,
 	}, o.graph)
 	srv := httptest.NewServer(auth.Middleware(issuer, h))
 	t.Cleanup(srv.Close)

@@ -12,32 +12,15 @@ import (
 
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
-	"github.com/voucherd/voucherd/internal/business"
-	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/idempotency"
-	"github.com/voucherd/voucherd/internal/identity"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/session"
-	"github.com/voucherd/voucherd/internal/voucher"
-	"github.com/voucherd/voucherd/internal/webhook"
-	"github.com/voucherd/voucherd/internal/widget"
+	"github.com/voucherd/voucherd/internal/services"
 )
 
-// Services are the domain services the routes call.
-type Services struct {
-	Identity *identity.Service
-	Sessions *session.Service
-	// Businesses serves /api/v1/businesses.
-	Businesses *business.Service
-	// Webhooks serves the business's webhook endpoints and deliveries.
-	Webhooks *webhook.Service
-	// Vouchers serves the voucher lifecycle; Finance the finance reads.
-	Vouchers *voucher.Service
-	Finance  *finance.Service
-	// Widgets serves the widget routes and the checkout capability.
-	Widgets *widget.Service
-}
+// Services are the domain services the routes call: the same set the
+// GraphQL door's resolvers hold (internal/services).
+type Services = services.Services
 
 // Limiter spends one unit of a rate-limit group's budget for the request's
 // caller, writing the rate-limit headers; it returns a rate_limit error when

@@ -2,14 +2,16 @@ package harness
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/voucherd/voucherd/testsupport/apiclient"
 )
 
 // Process is a child the bench started (the service or the floor), with
@@ -70,27 +72,13 @@ func StartProcess(name, bin string, args []string, env map[string]string, addr, 
 	}
 	p := &Process{Name: name, URL: "http://" + addr, Addr: addr, cmd: cmd, out: out, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	deadline := time.Now().Add(60 * time.Second)
-	c := &http.Client{Timeout: 2 * time.Second}
-	for {
-		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited during start:\n%s", name, out.String())
-		default:
-		}
-		resp, err := c.Get(p.URL + readyPath)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
-		}
-		if time.Now().After(deadline) {
+	if err := apiclient.WaitReady(p.URL, readyPath, p.done, 60*time.Second); err != nil {
+		if !errors.Is(err, apiclient.ErrExited) {
 			p.Stop()
-			return nil, fmt.Errorf("%s not ready after 60s:\n%s", name, out.String())
 		}
-		time.Sleep(25 * time.Millisecond)
+		return nil, fmt.Errorf("%s %v:\n%s", name, err, out.String())
 	}
+	return p, nil
 }
 
 // Pid is the process id (for /proc sampling).

@@ -37,6 +37,7 @@ import (
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 	"github.com/voucherd/voucherd/internal/secretbox"
+	"github.com/voucherd/voucherd/internal/services"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/settlement/networks"
@@ -55,14 +56,15 @@ type App struct {
 	Log    *slog.Logger
 	DB     *storage.DB
 
-	Issuer     *auth.Issuer
-	Box        secretbox.Key
-	Sessions   *session.Service
-	Identity   *identity.Service
-	Businesses *business.Service
-	// Webhooks manages endpoints and the delivery log; Outbox is the
-	// voucher service's EventSink; Dispatcher delivers (run by Start).
-	Webhooks   *webhook.Service
+	Issuer *auth.Issuer
+	Box    secretbox.Key
+	// Services are the domain services both doors call (Sessions,
+	// Identity, Businesses, Webhooks: endpoints and the delivery log,
+	// Vouchers, Finance: the token registry, prices and FX quotes, Widgets:
+	// widgets, their public operations and checkouts).
+	services.Services
+	// Outbox is the voucher service's EventSink; Dispatcher delivers
+	// webhooks (run by Start).
 	Outbox     *webhook.Outbox
 	Dispatcher *webhook.Dispatcher
 	// Hub fans voucher changes out to GraphQL subscribers; on PostgreSQL
@@ -86,10 +88,6 @@ type App struct {
 	// tokens and of a user, to close them when the session closes or a
 	// membership of the user ends (endSockets).
 	principals *graph.Sockets
-	// Finance is the token registry, prices and FX quotes; Vouchers the
-	// voucher lifecycle.
-	Finance  *finance.Service
-	Vouchers *voucher.Service
 	// Settlement keeps resolved vouchers' settlement; its watcher (run by
 	// Start) follows the verified networks' chains.
 	Settlement *settlement.Service
@@ -103,8 +101,6 @@ type App struct {
 	// watcher polls them.
 	Chains   map[string]settlement.Chain
 	networks *networks.Set
-	// Widgets manages widgets, their public operations and checkouts.
-	Widgets *widget.Service
 
 	// metrics are the series the services feed through their hooks.
 	metrics struct {
@@ -224,28 +220,11 @@ func (a *App) build(ctx context.Context) error {
 	httpMetrics := httpx.NewMetrics(reg)
 	cors := httpx.NewCORS(cfg.CORSOrigins)
 
-	a.graphql = graph.NewHandler(&graph.Resolver{
-		Identity:   a.Identity,
-		Sessions:   a.Sessions,
-		Businesses: a.Businesses,
-		Webhooks:   a.Webhooks,
-		Vouchers:   a.Vouchers,
-		Finance:    a.Finance,
-		Widgets:    a.Widgets,
-		Hub:        a.Hub,
-	}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
+	a.graphql = graph.NewHandler(&graph.Resolver{Services: a.Services, Hub: a.Hub}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
 	reg.MustRegister(metrics.Websockets(a.graphql.Websockets))
 
 	mux := http.NewServeMux()
-	rest.Register(mux, rest.Services{
-		Identity:   a.Identity,
-		Sessions:   a.Sessions,
-		Businesses: a.Businesses,
-		Webhooks:   a.Webhooks,
-		Vouchers:   a.Vouchers,
-		Finance:    a.Finance,
-		Widgets:    a.Widgets,
-	}, rest.Options{Log: a.Log, Limiter: limits, Idempotency: a.Idempotency, ClientAddr: limits.ClientAddr})
+	rest.Register(mux, a.Services, rest.Options{Log: a.Log, Limiter: limits, Idempotency: a.Idempotency, ClientAddr: limits.ClientAddr})
 	checkoutpage.Register(mux, checkoutpage.Options{Widgets: a.Widgets, Hub: a.Hub, Done: a.draining, Log: a.Log})
 	mux.Handle("/graphql", a.graphql)
 	if cfg.IsDevelopment() {

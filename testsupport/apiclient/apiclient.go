@@ -13,10 +13,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Client sends requests to the service at Base through HTTP.
@@ -241,4 +243,32 @@ func (c *Client) Resource(ctx context.Context, code string) (Identity, error) {
 	}
 	err := c.Call(ctx, http.MethodPost, "/api/v1/auth/sign-in", "", map[string]any{"type": "resource", "data": map[string]any{"resource": "voucher::context::code::" + code}}, &out)
 	return Identity{Token: out.Authorization.Token}, err
+}
+
+// ErrExited says the process behind a service ended while WaitReady waited.
+var ErrExited = errors.New("exited during start")
+
+// WaitReady polls GET base+path until it answers 200 (the service is
+// ready), exited closes (the process ended: ErrExited) or timeout passes.
+func WaitReady(base, path string, exited <-chan struct{}, timeout time.Duration) error {
+	c := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(timeout)
+	for {
+		select {
+		case <-exited:
+			return ErrExited
+		default:
+		}
+		resp, err := c.Get(base + path)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after %s", timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

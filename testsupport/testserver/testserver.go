@@ -175,25 +175,10 @@ func Start(t testing.TB, opts Options) *Server {
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &openapi.Transport{Validator: validator(t), Report: t.Errorf}}}
 	go func() { _ = cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() { s.Stop(t) })
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		select {
-		case <-s.done:
-			t.Fatalf("voucherd exited during start:\n%s", logs.String())
-		default:
-		}
-		resp, err := http.Get(s.URL + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return s
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("voucherd not ready after 30s:\n%s", logs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := apiclient.WaitReady(s.URL, "/readyz", s.done, 30*time.Second); err != nil {
+		t.Fatalf("voucherd %v:\n%s", err, logs.String())
 	}
+	return s
 }
 
 // Stop sends SIGTERM and waits for a graceful exit.
