@@ -33,7 +33,10 @@ import (
 // receiver checks every deposit event's signature with the Standard
 // Webhooks library. One node, one service, the cases side by side: exact,
 // underpaid, overpaid, split, a decoy token with the same symbol, a
-// reverted transfer, and a hash another voucher already claimed.
+// reverted transfer, a hash another voucher already claimed, the native
+// currency, a negotiated (FX) payment from the payer's wallet and one from
+// another sender, and a payment whose block a reorg drops (anvil's
+// evm_snapshot / evm_revert) and that is never mined again.
 func TestSettlementOnAnvil(t *testing.T) {
 	dir := testserver.NodePackage(t, "test/anvil")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -70,8 +73,17 @@ func TestSettlementOnAnvil(t *testing.T) {
 	defer c.Close()
 
 	// anvil's dev accounts: 0 deploys, 1 pays, 2 is the payee, 3 has ether
-	// but no tokens (its transfer reverts).
-	owner, payer, payee, poor := testchain.DevAccount(0), testchain.DevAccount(1), testchain.DevAccount(2), testchain.DevAccount(3)
+	// but no tokens (its transfer reverts), 4 makes the payment a reorg
+	// drops.
+	owner, payer, payee, poor, dropped := testchain.DevAccount(0), testchain.DevAccount(1), testchain.DevAccount(2), testchain.DevAccount(3), testchain.DevAccount(4)
+	anvilCall := func(method string, args ...any) json.RawMessage {
+		t.Helper()
+		var out json.RawMessage
+		if err := c.Client().CallContext(ctx, &out, method, args...); err != nil {
+			t.Fatalf("%s: %v", method, err)
+		}
+		return out
+	}
 	send := func(from testchain.Account, to *common.Address, data []byte, gas uint64) common.Hash {
 		t.Helper()
 		h, err := testchain.Send(ctx, c, from, to, nil, data, gas)
@@ -90,8 +102,8 @@ func TestSettlementOnAnvil(t *testing.T) {
 	}
 	token := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
 	decoy := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
-	for _, tk := range []common.Address{token, decoy} {
-		if _, err := testchain.Wait(ctx, c, send(owner, &tk, testchain.MintData(payer.Address, big.NewInt(1_000_000_000)), 0)); err != nil {
+	for _, mint := range []struct{ token, to common.Address }{{token, payer.Address}, {decoy, payer.Address}, {token, dropped.Address}} {
+		if _, err := testchain.Wait(ctx, c, send(owner, &mint.token, testchain.MintData(mint.to, big.NewInt(1_000_000_000)), 0)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -125,7 +137,8 @@ func TestSettlementOnAnvil(t *testing.T) {
 	wallet := s.Device(t)
 	_, code := s.Session(t, wallet)
 
-	deposit := func(amount string) (id, paymentID string) {
+	const ethAddress = "0xEeeeeEeeeEeEeeEeEeEeeEEEeeeeEeeeeeeeEEeE"
+	depositIn := func(currency, currencyAddress, amount string) (id, paymentID string) {
 		t.Helper()
 		r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", member.Token, map[string]any{"code": code, "businessId": biz})
 		if r.Status != 200 {
@@ -133,7 +146,7 @@ func TestSettlementOnAnvil(t *testing.T) {
 		}
 		id = r.Map(t)["id"].(string)
 		r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", member.Token, map[string]any{"expectedPayment": map[string]any{
-			"network": "anvil", "currency": "USDC", "currencyAddress": token.Hex(), "amount": amount,
+			"network": "anvil", "currency": currency, "currencyAddress": currencyAddress, "amount": amount,
 			"wallet": map[string]any{"address": payee.Address.Hex()},
 		}})
 		if r.Status != 200 {
@@ -144,6 +157,10 @@ func TestSettlementOnAnvil(t *testing.T) {
 		}
 		r.JSON(t, &v)
 		return id, v.ExpectedPayment.ID
+	}
+	deposit := func(amount string) (id, paymentID string) {
+		t.Helper()
+		return depositIn("USDC", token.Hex(), amount)
 	}
 	resolve := func(id, paymentID string, hashes ...common.Hash) *testserver.Response {
 		t.Helper()
@@ -156,6 +173,56 @@ func TestSettlementOnAnvil(t *testing.T) {
 	pay := func(tk common.Address, micro int64) common.Hash {
 		return send(payer, &tk, testchain.TransferData(payee.Address, big.NewInt(micro)), 0)
 	}
+	payETH := func(from testchain.Account, wei *big.Int) common.Hash {
+		t.Helper()
+		h, err := testchain.Send(ctx, c, from, &payee.Address, wei, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	}
+	settlementOf := func(id string) (st struct {
+		Status, PaidAmount    string
+		Verified              bool
+		Confirmations         int
+		RequiredConfirmations int
+		Transactions          []struct {
+			Status, Reason string
+			BlockNumber    *int64
+			Confirmations  int
+		}
+	}) {
+		t.Helper()
+		r := s.Do(t, "GET", "/api/v1/vouchers/"+id, member.Token, nil)
+		var v struct {
+			Status     string
+			Settlement *json.RawMessage
+		}
+		r.JSON(t, &v)
+		if r.Status != 200 || v.Status != "RESOLVED" || v.Settlement == nil {
+			t.Fatalf("voucher %s: %d %s", id, r.Status, r.Body)
+		}
+		if err := json.Unmarshal(*v.Settlement, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	// waitTx waits until the voucher's one transaction shows status.
+	waitTx := func(id, status string) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			st := settlementOf(id)
+			if len(st.Transactions) == 1 && st.Transactions[0].Status == status {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("voucher %s: transaction never %s: %+v", id, status, st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+
 
 	type want struct {
 		status, paid, txReason string
@@ -163,13 +230,17 @@ func TestSettlementOnAnvil(t *testing.T) {
 	}
 	cases := map[string]want{}
 	ids := map[string]string{}
-	add := func(name, amount string, w want, hashes ...common.Hash) {
+	settle := func(name, id, pid string, w want, hashes ...common.Hash) {
 		t.Helper()
-		id, pid := deposit(amount)
 		if r := resolve(id, pid, hashes...); r.Status != 200 {
 			t.Fatalf("%s: resolve-voucher: %d %s", name, r.Status, r.Body)
 		}
 		cases[id], ids[name] = w, id
+	}
+	add := func(name, amount string, w want, hashes ...common.Hash) {
+		t.Helper()
+		id, pid := deposit(amount)
+		settle(name, id, pid, w, hashes...)
 	}
 	exact := pay(token, 12_500_000)
 	add("exact", "12.5", want{"CONFIRMED", "12.5", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, exact)
@@ -182,9 +253,46 @@ func TestSettlementOnAnvil(t *testing.T) {
 	add("reverted", "5", want{"FAILED", "", "the transaction reverted", []string{"deposit.created", "deposit.failed"}},
 		send(poor, &token, testchain.TransferData(payee.Address, big.NewInt(5_000_000)), 100_000))
 
+	// The native currency, and a negotiated payment: 30 USDC owed, the
+	// payer's wallet offers ETH (3000 USD) from its own address, so 0.01
+	// ETH is due from that address; the same paid from another account
+	// does not pay.
+	wei := func(eth string) *big.Int {
+		w, ok := new(big.Int).SetString(strings.TrimSuffix(eth, "e16")+"0000000000000000", 10)
+		if !ok {
+			t.Fatalf("wei %s", eth)
+		}
+		return w
+	}
+	negotiate := func(id string) string {
+		t.Helper()
+		r := s.Do(t, "POST", "/api/v1/vouchers/"+id+"/negotiate-voucher", wallet.Token, map[string]any{"suppliedPayment": map[string]any{
+			"network": "anvil", "currency": "ETH", "currencyAddress": ethAddress, "amount": "1",
+			"wallet": map[string]any{"address": payer.Address.Hex()},
+		}})
+		var v struct {
+			SuppliedPayment struct{ Amount string } `json:"suppliedPayment"`
+		}
+		r.JSON(t, &v)
+		if r.Status != 200 {
+			t.Fatalf("negotiate-voucher: %d %s", r.Status, r.Body)
+		}
+		return v.SuppliedPayment.Amount
+	}
+	id, pid := depositIn("ETH", ethAddress, "0.5")
+	settle("native", id, pid, want{"CONFIRMED", "0.5", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, payETH(payer, wei("50e16")))
+	id, pid = deposit("30")
+	if due := negotiate(id); due != "0.01" {
+		t.Fatalf("30 USDC negotiated into ETH at 3000: %s ETH", due)
+	}
+	settle("negotiated", id, pid, want{"CONFIRMED", "0.01", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, payETH(payer, wei("1e16")))
+	id, pid = deposit("30")
+	negotiate(id)
+	settle("another sender", id, pid, want{"FAILED", "", "not sent from suppliedPayment.wallet.address", []string{"deposit.created", "deposit.failed"}}, payETH(poor, wei("1e16")))
+
 	// A hash another voucher claimed is refused at once, nothing stored.
-	reused, pid := deposit("12.5")
-	r = resolve(reused, pid, exact)
+	reused, reusedPID := deposit("12.5")
+	r = resolve(reused, reusedPID, exact)
 	if r.Status != 400 || r.Code() != "validation_failed" || !strings.Contains(string(r.Body), "transactionHash") {
 		t.Fatalf("a claimed hash resolved another voucher: %d %s", r.Status, r.Body)
 	}
@@ -195,9 +303,13 @@ func TestSettlementOnAnvil(t *testing.T) {
 	// The service follows anvil until every settlement is decided: the
 	// verdict's event reaches the business (signed, each event once), and
 	// the voucher, written in the same transaction, shows the settlement.
+	names := map[string]string{}
+	for name, id := range ids {
+		names[id] = name
+	}
 	for id, w := range cases {
 		if got := rcv.waitFor(t, id, len(w.events)); !slices.Equal(got, w.events) {
-			t.Fatalf("%s: events %v, want %v", id, got, w.events)
+			t.Fatalf("%s: events %v, want %v; voucher %s", names[id], got, w.events, s.Do(t, "GET", "/api/v1/vouchers/"+id, member.Token, nil).Body)
 		}
 		r = s.Do(t, "GET", "/api/v1/vouchers/"+id, member.Token, nil)
 		var v struct {
@@ -222,8 +334,73 @@ func TestSettlementOnAnvil(t *testing.T) {
 	if got := rcv.waitFor(t, reused, 1); !slices.Equal(got, []string{"deposit.created"}) {
 		t.Fatalf("reused: events %v", got)
 	}
-	if rcv.paid(ids["exact"], "deposit.confirmed") != "12.5" || rcv.paid(ids["underpaid"], "deposit.underpaid") != "4" {
+	if rcv.paid(ids["exact"], "deposit.confirmed") != "12.5" || rcv.paid(ids["underpaid"], "deposit.underpaid") != "4" ||
+		rcv.paid(ids["native"], "deposit.confirmed") != "0.5" || rcv.paid(ids["negotiated"], "deposit.confirmed") != "0.01" {
 		t.Fatalf("paidAmount in the events: %v", rcv.all())
+	}
+
+	// A reorg, last (anvil's evm_revert rewinds its clock to the snapshot,
+	// so blocks mined after it are stamped in the past: a payment mined
+	// there would be "mined before the voucher was reserved"), while
+	// anvil mines only when told. A payment mined in block N is seen
+	// (MINED, 1 of 2 confirmations: deposit.pending); the chain is
+	// reverted to before it, its nonce spent on another transaction (so
+	// it can never be mined again), and three other blocks are mined from
+	// N: a watcher blind to the reorg would count 3 confirmations. The
+	// service puts the payment back to PENDING, and after two more blocks
+	// and a completed check of them it still is, and the business got
+	// deposit.pending and nothing after it.
+	anvilCall("evm_setIntervalMining", 0)
+	var snapshot string
+	if err := json.Unmarshal(anvilCall("evm_snapshot"), &snapshot); err != nil {
+		t.Fatal(err)
+	}
+	reorgID, reorgPID := deposit("7")
+	nonce, err := c.PendingNonceAt(ctx, dropped.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reorged := send(dropped, &token, testchain.TransferData(payee.Address, big.NewInt(7_000_000)), 0)
+	if r := resolve(reorgID, reorgPID, reorged); r.Status != 200 {
+		t.Fatalf("reorg: resolve-voucher: %d %s", r.Status, r.Body)
+	}
+	anvilCall("anvil_mine", "0x1")
+	if got := rcv.waitFor(t, reorgID, 2); !slices.Equal(got, []string{"deposit.created", "deposit.pending"}) {
+		t.Fatalf("reorg: events before the reorg %v", got)
+	}
+	if st := settlementOf(reorgID); st.Status != "PENDING" || st.Transactions[0].Status != "MINED" || st.Transactions[0].Confirmations != 1 || st.PaidAmount != "7" {
+		t.Fatalf("reorg: settlement before the reorg %+v", st)
+	}
+	var reverted bool
+	if err := json.Unmarshal(anvilCall("evm_revert", snapshot), &reverted); err != nil || !reverted {
+		t.Fatalf("evm_revert: %v %v", reverted, err)
+	}
+	if _, err := testchain.SendNonce(ctx, c, dropped, nonce, &dropped.Address, nil, nil, 21_000); err != nil {
+		t.Fatalf("the reorged payment's nonce: %v", err)
+	}
+	anvilCall("anvil_mine", "0x3")
+	waitTx(reorgID, "PENDING")
+	// Two more blocks, then two completed checks (the second began after
+	// the first ended, so after these blocks were mined).
+	checks := func() float64 {
+		return value(scrape(t, s), `voucherd_settlement_checks_total{network="anvil",outcome="ok"}`)
+	}
+	anvilCall("anvil_mine", "0x2")
+	ok0 := checks()
+	for checks() < ok0+2 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("reorg: the watcher's checks stopped at %v", checks())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// The settlement and its events commit together: PENDING now means no
+	// verdict was written.
+	if st := settlementOf(reorgID); st.Status != "PENDING" || st.PaidAmount != "" || st.Transactions[0].Status != "PENDING" || st.Transactions[0].BlockNumber != nil {
+		t.Fatalf("reorg: settlement %+v", st)
+	}
+	if got := rcv.all()[reorgID]; len(got) != 2 || got[0].typ != "deposit.created" || got[1].typ != "deposit.pending" {
+		t.Fatalf("reorg: events %v", got)
 	}
 }
 
@@ -285,8 +462,9 @@ func (r *signedReceiver) setSecret(t *testing.T, secret string) {
 	r.mu.Unlock()
 }
 
-// waitFor waits until the voucher has at least n events and returns their
-// types, sorted (events of one commit share a timestamp).
+// waitFor waits until the voucher has at least n events, or a verdict,
+// and returns their types, sorted (events of one commit share a
+// timestamp).
 func (r *signedReceiver) waitFor(t *testing.T, voucherID string, n int) []string {
 	t.Helper()
 	deadline := time.After(30 * time.Second)
@@ -301,7 +479,7 @@ func (r *signedReceiver) waitFor(t *testing.T, voucherID string, n int) []string
 			types = append(types, e.typ)
 		}
 		r.mu.Unlock()
-		if len(types) >= n {
+		if len(types) >= n || slices.ContainsFunc(types, verdict) {
 			slices.Sort(types)
 			return types
 		}
@@ -311,6 +489,15 @@ func (r *signedReceiver) waitFor(t *testing.T, voucherID string, n int) []string
 			t.Fatalf("voucher %s: %d events, want %d: %v", voucherID, len(types), n, types)
 		}
 	}
+}
+
+// verdict tells the events after which a voucher gets no other.
+func verdict(typ string) bool {
+	switch typ {
+	case "deposit.confirmed", "deposit.underpaid", "deposit.overpaid", "deposit.failed":
+		return true
+	}
+	return false
 }
 
 func (r *signedReceiver) paid(voucherID, typ string) string {
@@ -327,5 +514,9 @@ func (r *signedReceiver) paid(voucherID, typ string) string {
 func (r *signedReceiver) all() map[string][]receivedEvent {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.events
+	out := make(map[string][]receivedEvent, len(r.events))
+	for id, es := range r.events {
+		out[id] = slices.Clone(es)
+	}
+	return out
 }
