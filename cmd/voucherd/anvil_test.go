@@ -223,7 +223,6 @@ func TestSettlementOnAnvil(t *testing.T) {
 		}
 	}
 
-
 	type want struct {
 		status, paid, txReason string
 		events                 []string
