@@ -32,6 +32,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/widget"
 )
 
@@ -113,9 +114,10 @@ func (h *handler) asset(w http.ResponseWriter, r *http.Request) {
 	h.assets.ServeHTTP(w, r2)
 }
 
-// view is what the template shows.
-type view struct {
-	*widget.PublicCheckout
+// pageData is what the template shows: the checkout's public view
+// (internal/view) and the page's own parts.
+type pageData struct {
+	*view.PublicCheckout
 	Token      string
 	QR         template.URL
 	PaymentURI template.URL
@@ -143,14 +145,14 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		h.fail(w, r, err)
 		return
 	}
-	pc := h.Widgets.PublicOf(v, name)
+	pc := view.OfPublicCheckout(h.Widgets.PublicOf(v, name))
 	png, err := qrcode.Encode(pc.PaymentURI, qrcode.Medium, 256)
 	if err != nil {
 		h.fail(w, r, apperr.InternalError(err))
 		return
 	}
 	msgs := Messages(name)
-	vw := view{
+	vw := pageData{
 		PublicCheckout: pc, Token: token,
 		QR:         template.URL("data:image/png;base64," + base64.StdEncoding.EncodeToString(png)),
 		PaymentURI: template.URL(pc.PaymentURI),
@@ -216,8 +218,8 @@ func (h *handler) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	last := -1
-	send := func(pc *widget.PublicCheckout) bool {
-		b, err := json.Marshal(pc)
+	send := func(st *widget.PublicState) bool {
+		b, err := json.Marshal(view.OfPublicCheckout(st))
 		if err != nil {
 			return false
 		}

@@ -99,7 +99,7 @@ func (s *server) widgetConfig(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, c)
+	return ok(w, view.OfWidgetConfig(c))
 }
 
 func (s *server) createCheckout(w http.ResponseWriter, r *http.Request) error {
@@ -116,10 +116,11 @@ func (s *server) createCheckout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if strings.HasPrefix(c.CheckoutURL, "/") {
-		c.CheckoutURL = requestOrigin(r) + c.CheckoutURL
+	url := c.URL
+	if strings.HasPrefix(url, "/") {
+		url = requestOrigin(r) + url
 	}
-	return ok(w, c)
+	return ok(w, view.OfCheckout(c.Voucher, url))
 }
 
 // requestOrigin is the scheme and host the request came to, for a
@@ -138,7 +139,7 @@ func (s *server) getCheckout(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, c)
+	return ok(w, view.OfPublicCheckout(c))
 }
 
 func (s *server) submitPayment(w http.ResponseWriter, r *http.Request) error {
@@ -153,5 +154,5 @@ func (s *server) submitPayment(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, c)
+	return ok(w, view.OfPublicCheckout(c))
 }

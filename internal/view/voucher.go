@@ -1,11 +1,13 @@
 // Package view holds the JSON views the API answers with: a voucher with
 // its settlement, a session, a business and a membership, a webhook
-// endpoint and delivery, and a widget as REST shows them; the webhook
-// payloads (data.voucher) and the checkout's public view embed the
-// voucher's and the settlement's. The domain packages return ent rows and
-// plain values (a secret shown once travels beside its row:
-// webhook.EndpointWithSecret, widget.WithSecret); the doors render them
-// here, so a field's JSON shape is decided once. GraphQL renders from the
+// endpoint and delivery, a widget, its public config, a new checkout and a
+// checkout's public view (which the hosted checkout page shows too) as
+// REST shows them; the webhook payloads (data.voucher) embed the voucher's.
+// The domain packages return ent rows and plain values (a secret shown once
+// travels beside its row: webhook.EndpointWithSecret, widget.WithSecret;
+// widget.PublicConfig and widget.PublicState say what the registry and the
+// page rules make of a widget or a checkout); the doors render them here,
+// so a field's JSON shape is decided once. GraphQL renders from the
 // schema instead (graph/model and the ent types).
 package view
 

@@ -5,6 +5,7 @@ import (
 	entwidget "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/widget"
 )
 
 // Widget is a widget as REST shows it. ClientSecret is set only in the
@@ -50,6 +51,99 @@ func OfWidgets(ws []*ent.Widget) []*Widget {
 	out := make([]*Widget, len(ws))
 	for i, w := range ws {
 		out[i] = OfWidget(w)
+	}
+	return out
+}
+
+// WidgetConfig is GET /api/v1/widgets/:widgetId/config.
+type WidgetConfig struct {
+	ID           string           `json:"id"`
+	Name         string           `json:"name"`
+	BusinessName string           `json:"businessName"`
+	Status       entwidget.Status `json:"status"`
+	Accepts      []AcceptedToken  `json:"accepts"`
+}
+
+// AcceptedToken is one token of a widget's config, with what a client
+// needs to ask a wallet for it.
+type AcceptedToken struct {
+	Network         string `json:"network"`
+	Currency        string `json:"currency"`
+	CurrencyAddress string `json:"currencyAddress"`
+	Decimals        int32  `json:"decimals"`
+	ChainID         string `json:"chainId"`
+}
+
+// OfWidgetConfig renders a widget's public configuration (accepts never
+// null).
+func OfWidgetConfig(c *widget.PublicConfig) *WidgetConfig {
+	out := &WidgetConfig{ID: c.Widget.ID, Name: c.Widget.Name, BusinessName: c.BusinessName, Status: c.Widget.Status, Accepts: make([]AcceptedToken, len(c.Accepted))}
+	for i, a := range c.Accepted {
+		out.Accepts[i] = AcceptedToken{
+			Network: a.Token.Network, Currency: a.Token.Currency, CurrencyAddress: a.Token.CurrencyAddress,
+			Decimals: a.Token.Decimals, ChainID: a.ChainID,
+		}
+	}
+	return out
+}
+
+// Checkout is the create-checkout answer.
+type Checkout struct {
+	ID              string           `json:"id"`
+	CheckoutURL     string           `json:"checkoutUrl"`
+	Status          string           `json:"status"`
+	ExpiresAt       apitime.Time     `json:"expiresAt"`
+	ExpectedPayment *payment.Payment `json:"expectedPayment"`
+	Reference       *string          `json:"reference,omitempty"`
+}
+
+// OfCheckout renders a checkout just made, whose hosted page is at url.
+func OfCheckout(v *ent.Voucher, url string) *Checkout {
+	return &Checkout{
+		ID: v.ID, CheckoutURL: url, Status: string(v.Status),
+		ExpiresAt: apitime.From(v.ExpiresAt), ExpectedPayment: v.ExpectedPayment, Reference: v.Reference,
+	}
+}
+
+// PublicCheckout is the checkout's public view: what its token shows (GET
+// /api/v1/checkout/:token, the hosted page, its live events).
+type PublicCheckout struct {
+	ID           string `json:"id"`
+	BusinessName string `json:"businessName"`
+	Amount       string `json:"amount"`
+	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
+	AmountAtomic    string       `json:"amountAtomic"`
+	Currency        string       `json:"currency"`
+	CurrencyAddress string       `json:"currencyAddress"`
+	Decimals        int32        `json:"decimals"`
+	Native          bool         `json:"native"`
+	Network         string       `json:"network"`
+	NetworkType     string       `json:"networkType"`
+	ChainID         string       `json:"chainId"`
+	PayeeAddress    string       `json:"payeeAddress"`
+	Status          string       `json:"status"`
+	Settlement      *Settlement  `json:"settlement"`
+	TransactionHash *string      `json:"transactionHash,omitempty"`
+	ExpiresAt       apitime.Time `json:"expiresAt"`
+	PaymentURI      string       `json:"paymentUri"`
+	Version         int          `json:"version"`
+}
+
+// OfPublicCheckout renders a checkout's public view.
+func OfPublicCheckout(c *widget.PublicState) *PublicCheckout {
+	v := c.Voucher
+	p := v.ExpectedPayment
+	out := &PublicCheckout{
+		ID: v.ID, BusinessName: c.BusinessName, Amount: p.Amount, AmountAtomic: c.AmountAtomic,
+		Currency: p.Currency, CurrencyAddress: p.CurrencyAddress, Decimals: c.Token.Decimals, Native: c.Token.Native,
+		Network: p.Network, NetworkType: c.Network.Type, ChainID: c.Network.ChainID, PayeeAddress: p.Wallet.Address,
+		Status: c.Status, Settlement: SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+	}
+	for _, r := range v.Receipts {
+		if r.TransactionHash != "" {
+			h := r.TransactionHash
+			out.TransactionHash = &h
+		}
 	}
 	return out
 }

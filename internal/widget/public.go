@@ -12,12 +12,11 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	entwidget "github.com/voucherd/voucherd/ent/widget"
-	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
-	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -79,28 +78,26 @@ func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.
 	return w, nil
 }
 
-// AcceptedToken is one token of a widget's config, with what a client
-// needs to ask a wallet for it.
-type AcceptedToken struct {
-	Network         string `json:"network"`
-	Currency        string `json:"currency"`
-	CurrencyAddress string `json:"currencyAddress"`
-	Decimals        int32  `json:"decimals"`
-	ChainID         string `json:"chainId"`
+// PublicConfig is a widget's public configuration (GET
+// /api/v1/widgets/:widgetId/config, rendered by view.OfWidgetConfig): the
+// widget, its business's name and the tokens it still accepts.
+type PublicConfig struct {
+	Widget       *ent.Widget
+	BusinessName string
+	// Accepted are the widget's tokens the registry still lists, each with
+	// its network's chain id (what a client needs to ask a wallet for it).
+	Accepted []Accepted
 }
 
-// Config is GET /api/v1/widgets/:widgetId/config.
-type Config struct {
-	ID           string           `json:"id"`
-	Name         string           `json:"name"`
-	BusinessName string           `json:"businessName"`
-	Status       entwidget.Status `json:"status"`
-	Accepts      []AcceptedToken  `json:"accepts"`
+// Accepted is one token a widget accepts.
+type Accepted struct {
+	Token   finance.Token
+	ChainID string
 }
 
 // Config returns the widget's public configuration. It answers for an
 // INACTIVE widget too (its status says so).
-func (s *Service) Config(ctx context.Context, id, clientSecret string) (*Config, error) {
+func (s *Service) Config(ctx context.Context, id, clientSecret string) (*PublicConfig, error) {
 	w, err := s.authorize(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
@@ -109,17 +106,14 @@ func (s *Service) Config(ctx context.Context, id, clientSecret string) (*Config,
 	if err != nil {
 		return nil, err
 	}
-	out := &Config{ID: w.ID, Name: w.Name, BusinessName: b.Name, Status: w.Status, Accepts: []AcceptedToken{}}
+	out := &PublicConfig{Widget: w, BusinessName: b.Name}
 	for _, a := range w.Accepts {
 		tok, ok := s.reg.Token(a.Network, a.Currency)
 		n, nok := s.reg.Network(a.Network)
 		if !ok || !nok {
 			continue // the registry dropped it since: not accepted any more
 		}
-		out.Accepts = append(out.Accepts, AcceptedToken{
-			Network: tok.Network, Currency: tok.Currency, CurrencyAddress: tok.CurrencyAddress,
-			Decimals: tok.Decimals, ChainID: n.ChainID,
-		})
+		out.Accepted = append(out.Accepted, Accepted{Token: tok, ChainID: n.ChainID})
 	}
 	return out, nil
 }
@@ -132,15 +126,12 @@ type CheckoutInput struct {
 	Reference *string `json:"reference,omitempty"`
 }
 
-// Checkout is the create-checkout answer. CheckoutURL is absolute when the
-// service knows its public URL, else the path (the door completes it).
-type Checkout struct {
-	ID              string           `json:"id"`
-	CheckoutURL     string           `json:"checkoutUrl"`
-	Status          string           `json:"status"`
-	ExpiresAt       apitime.Time     `json:"expiresAt"`
-	ExpectedPayment *payment.Payment `json:"expectedPayment"`
-	Reference       *string          `json:"reference,omitempty"`
+// NewCheckout is a checkout just made (rendered by view.OfCheckout): its
+// voucher and the URL of its hosted page, absolute when the service knows
+// its public URL, else the path (the door completes it).
+type NewCheckout struct {
+	Voucher *ent.Voucher
+	URL     string
 }
 
 // CheckoutPath is the hosted page of a checkout token.
@@ -149,7 +140,7 @@ func CheckoutPath(token string) string { return "/checkout/" + token }
 // CreateCheckout makes a checkout for the widget: a business voucher of its
 // business, REDEEMED as SIMPLE with the widget's wallet for the network,
 // and a checkout token for its hosted page.
-func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, in CheckoutInput) (*Checkout, error) {
+func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, in CheckoutInput) (*NewCheckout, error) {
 	w, err := s.authorize(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
@@ -214,10 +205,7 @@ func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, i
 	if err != nil {
 		return nil, err
 	}
-	return &Checkout{
-		ID: vch.ID, CheckoutURL: s.publicURL + CheckoutPath(token), Status: string(vch.Status),
-		ExpiresAt: apitime.From(vch.ExpiresAt), ExpectedPayment: vch.ExpectedPayment, Reference: vch.Reference,
-	}, nil
+	return &NewCheckout{Voucher: vch, URL: s.publicURL + CheckoutPath(token)}, nil
 }
 
 func checkReference(v *apperr.Validator, ref string) {
@@ -244,33 +232,28 @@ const (
 	StatusExpired         = "expired"
 )
 
-// PublicCheckout is the checkout's public view: what its token shows (GET
-// /api/v1/checkout/:token, the hosted page, its live events).
-type PublicCheckout struct {
-	ID           string `json:"id"`
-	BusinessName string `json:"businessName"`
-	Amount       string `json:"amount"`
-	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
-	AmountAtomic    string           `json:"amountAtomic"`
-	Currency        string           `json:"currency"`
-	CurrencyAddress string           `json:"currencyAddress"`
-	Decimals        int32            `json:"decimals"`
-	Native          bool             `json:"native"`
-	Network         string           `json:"network"`
-	NetworkType     string           `json:"networkType"`
-	ChainID         string           `json:"chainId"`
-	PayeeAddress    string           `json:"payeeAddress"`
-	Status          string           `json:"status"`
-	Settlement      *view.Settlement `json:"settlement"`
-	TransactionHash *string          `json:"transactionHash,omitempty"`
-	ExpiresAt       apitime.Time     `json:"expiresAt"`
-	PaymentURI      string           `json:"paymentUri"`
-	Version         int              `json:"version"`
+// PublicState is a checkout voucher as its public view shows it (GET
+// /api/v1/checkout/:token, the hosted page, its live events; rendered by
+// view.OfPublicCheckout): the voucher, its business's name, and what the
+// page rules and the registry make of it.
+type PublicState struct {
+	Voucher      *ent.Voucher
+	BusinessName string
+	// Status is the page status (PageStatus).
+	Status string
+	// Token and Network are the registry's entries for the payment (zero
+	// when it no longer lists them).
+	Token   finance.Token
+	Network finance.Network
+	// AmountAtomic is the amount in the token's smallest unit (wei,
+	// lamports); PaymentURI the wallet link for it (PaymentURI).
+	AmountAtomic string
+	PaymentURI   string
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
 // token is not_found.
-func (s *Service) Checkout(ctx context.Context, token string) (*PublicCheckout, error) {
+func (s *Service) Checkout(ctx context.Context, token string) (*PublicState, error) {
 	v, err := s.vouchers.Checkout(ctx, TokenHash(token))
 	if err != nil {
 		return nil, err
@@ -285,7 +268,7 @@ type SubmitPaymentInput struct {
 
 // SubmitPayment is the customer's receipt: it resolves the checkout's
 // voucher as its payer would, with the transaction's hash.
-func (s *Service) SubmitPayment(ctx context.Context, token string, in SubmitPaymentInput) (*PublicCheckout, error) {
+func (s *Service) SubmitPayment(ctx context.Context, token string, in SubmitPaymentInput) (*PublicState, error) {
 	v, err := s.vouchers.SubmitCheckoutPayment(ctx, TokenHash(token), strings.TrimSpace(in.TransactionHash))
 	if err != nil {
 		return nil, err
@@ -313,12 +296,12 @@ func (s *Service) CheckoutVoucher(ctx context.Context, token string) (*ent.Vouch
 
 // PublicOf renders a checkout voucher's public view for a known business
 // name (a live event renders each change of the voucher it follows).
-func (s *Service) PublicOf(v *ent.Voucher, businessName string) *PublicCheckout {
+func (s *Service) PublicOf(v *ent.Voucher, businessName string) *PublicState {
 	return s.publicView(v, businessName)
 }
 
 // Public renders a checkout voucher's public view.
-func (s *Service) Public(ctx context.Context, v *ent.Voucher) (*PublicCheckout, error) {
+func (s *Service) Public(ctx context.Context, v *ent.Voucher) (*PublicState, error) {
 	if v.ExpectedPayment == nil || v.BusinessID == nil {
 		return nil, apperr.InternalError(fmt.Errorf("widget: voucher %s is not a checkout", v.ID))
 	}
@@ -329,27 +312,17 @@ func (s *Service) Public(ctx context.Context, v *ent.Voucher) (*PublicCheckout, 
 	return s.publicView(v, name), nil
 }
 
-func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicCheckout {
+func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 	p := v.ExpectedPayment
-	out := &PublicCheckout{
-		ID: v.ID, BusinessName: businessName, Amount: p.Amount, Currency: p.Currency,
-		CurrencyAddress: p.CurrencyAddress, Network: p.Network, PayeeAddress: p.Wallet.Address,
-		Status: PageStatus(v), Settlement: view.SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), Version: v.Version,
-	}
+	out := &PublicState{Voucher: v, BusinessName: businessName, Status: PageStatus(v)}
 	if tok, ok := s.reg.Token(p.Network, p.Currency); ok {
-		out.Decimals, out.Native = tok.Decimals, tok.Native
+		out.Token = tok
 	}
 	if n, ok := s.reg.Network(p.Network); ok {
-		out.NetworkType, out.ChainID = n.Type, n.ChainID
+		out.Network = n
 	}
-	out.AmountAtomic = atomicAmount(out.Amount, out.Decimals)
-	out.PaymentURI = PaymentURI(out.NetworkType, out.ChainID, out.Native, out.CurrencyAddress, out.PayeeAddress, out.Amount, out.Decimals)
-	for _, r := range v.Receipts {
-		if r.TransactionHash != "" {
-			h := r.TransactionHash
-			out.TransactionHash = &h
-		}
-	}
+	out.AmountAtomic = atomicAmount(p.Amount, out.Token.Decimals)
+	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals)
 	return out
 }
 
