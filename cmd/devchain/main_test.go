@@ -3,7 +3,9 @@ package main_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"math/big"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -17,20 +19,23 @@ import (
 
 	"github.com/voucherd/voucherd/internal/settlement/evm"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // What README.md and docs/settlement.md promise a newcomer about the dev
 // chain, checked on the real binary over JSON-RPC: chain id 1337, the five
 // documented accounts funded, USDC and DAI at their documented addresses
 // holding 1,000,000 for each account, the ETH/USD feed answering 3000, and
-// the documented `devchain send` paying a real transfer.
+// the documented `devchain send` paying a real transfer; and a voucher
+// settling on it through the real voucherd, configured as `make run` does.
 func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "devchain")
 	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-block-time", "0")
+	// As `make run` starts it (scripts/run-dev.sh), on a free port.
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -139,5 +144,105 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 	}
 	if got := balanceOf(tokens["USDC"].address, payee.Hex()); got.Cmp(big.NewInt(12_500_000)) != 0 {
 		t.Fatalf("payee holds %v USDC units after the transfer, want 12500000", got)
+	}
+
+	// A first session on it, through the real voucherd on each database.
+	t.Run("voucher", func(t *testing.T) {
+		for i, dialect := range []string{"sqlite", "postgres"} {
+			t.Run(dialect, func(t *testing.T) {
+				t.Parallel()
+				// Each from its own dev account, so their nonces never race.
+				settleOnDevChain(t, bin, rpcURL, dialect, fmt.Sprint(1+i))
+			})
+		}
+	})
+}
+
+// settleOnDevChain is README's first session: voucherd configured as
+// `make run` configures it (dev/finance.json, its network local pointed at
+// the dev chain), a payer's wallet opens a context, the payee signs in with
+// its code, reserves and redeems a voucher for 12.5 USDC on local, the
+// payer pays it with `devchain send` from a prefunded dev account and
+// resolves it with the printed hash, and the voucher's settlement becomes
+// CONFIRMED because the chain confirmed it.
+func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
+	finance, err := os.ReadFile(filepath.Join("..", "..", "dev", "finance.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(finance), `"rpcUrl": "http://127.0.0.1:8545"`) {
+		t.Fatal("dev/finance.json no longer points network local at 127.0.0.1:8545, as make run's dev chain serves")
+	}
+	file := filepath.Join(t.TempDir(), "finance.json")
+	if err := os.WriteFile(file, []byte(strings.Replace(string(finance), "http://127.0.0.1:8545", rpcURL, 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s := testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": file}})
+
+	wallet := s.Device(t)
+	_, code := s.Session(t, wallet)
+	payee := s.Resource(t, code)
+	r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
+	if r.Status != 200 {
+		t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
+	}
+	id := r.Map(t)["id"].(string)
+	payeeWallet := testchain.NewAccount().Address.Hex()
+	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payee.Token, map[string]any{"expectedPayment": map[string]any{
+		"network": "local", "currency": "USDC", "currencyAddress": "0x5FbDB2315678afecb367f032d93F642f64180aa3", "amount": "12.5",
+		"wallet": map[string]any{"address": payeeWallet},
+	}})
+	if r.Status != 200 {
+		t.Fatalf("redeem-voucher: %d %s", r.Status, r.Body)
+	}
+	var v struct {
+		ExpectedPayment struct{ ID string } `json:"expectedPayment"`
+	}
+	r.JSON(t, &v)
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-from", from, "-to", payeeWallet, "-currency", "USDC", "-amount", "12.5").Output()
+	if err != nil {
+		t.Fatalf("devchain send: %v %s", err, out)
+	}
+	hash := strings.TrimSpace(string(out))
+	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/resolve-voucher", wallet.Token, map[string]any{"receipts": []map[string]any{{"paymentId": v.ExpectedPayment.ID, "transactionHash": hash}}})
+	if r.Status != 200 {
+		t.Fatalf("resolve-voucher: %d %s", r.Status, r.Body)
+	}
+
+	// The payee polls the voucher, as the spec's GET is meant to be used,
+	// until its settlement is decided (the dev chain seals a block every
+	// 2 s; 2 confirmations).
+	type settlement struct {
+		Status, PaidAmount, Currency string
+		Verified                     bool
+		Confirmations                int
+		RequiredConfirmations        int
+		Transactions                 []struct{ TransactionHash, Status string }
+	}
+	for {
+		r = s.Do(t, "GET", "/api/v1/vouchers/"+id, payee.Token, nil)
+		var got struct {
+			Status     string
+			Settlement *settlement
+		}
+		r.JSON(t, &got)
+		if r.Status != 200 || got.Status != "RESOLVED" || got.Settlement == nil {
+			t.Fatalf("voucher: %d %s", r.Status, r.Body)
+		}
+		if st := got.Settlement; st.Status != "PENDING" {
+			if st.Status != "CONFIRMED" || !st.Verified || st.PaidAmount != "12.5" || st.Currency != "USDC" || st.RequiredConfirmations != 2 ||
+				st.Confirmations < 2 || len(st.Transactions) != 1 || st.Transactions[0].Status != "CONFIRMED" || !strings.EqualFold(st.Transactions[0].TransactionHash, hash) {
+				t.Fatalf("settlement: %s", r.Body)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the settlement never left PENDING: %s", r.Body)
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }
