@@ -393,3 +393,20 @@ func TestRefusedDocumentsArePacedByAddress(t *testing.T) {
 		t.Fatalf("after 8 refusals at once: %s in %v, want about %v", got, took, maxWait)
 	}
 }
+
+// A time budget shorter than the wait an address owes ends the wait: the
+// request is answered unavailable when its budget runs out, as a field out
+// of time is, not left waiting nor answered empty.
+func TestRefusalWaitEndsWithTheTimeBudget(t *testing.T) {
+	const budget = 100 * time.Millisecond
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.Options{RefusalShare: 0.001, MaxRefusalWait: 5 * time.Second, TimeBudget: budget}})
+	if status, r := h.post("", hostileDocuments()["repeated fields in 30 KiB"], nil); status != http.StatusOK || r.code() != "validation_failed" {
+		t.Fatalf("the hostile document: %d %s", status, r.raw)
+	}
+	start := time.Now()
+	status, r := h.post("", `{ __typename }`, nil)
+	took := time.Since(start)
+	if status != http.StatusServiceUnavailable || r.code() != "unavailable" || took < budget || took > budget+time.Second {
+		t.Fatalf("%d %s after %v", status, r.raw, took)
+	}
+}

@@ -72,9 +72,9 @@ type paced struct {
 
 // admit makes a GraphQL request over HTTP wait until its address is due,
 // before its body is read, and notes in its context when its work starts.
-// It reports false if the request ended while waiting (nothing is to be
-// written then). Websocket messages are not paced.
-func (p *refusalPacer) admit(r *http.Request) (*http.Request, bool) {
+// The error is the request context's if it ended while waiting (its time
+// budget ran out, or the client left). Websocket messages are not paced.
+func (p *refusalPacer) admit(r *http.Request) (*http.Request, error) {
 	addr := p.addr(r)
 	if wait := p.wait(addr, time.Now()); wait > 0 {
 		t := time.NewTimer(wait)
@@ -82,11 +82,11 @@ func (p *refusalPacer) admit(r *http.Request) (*http.Request, bool) {
 		case <-t.C:
 		case <-r.Context().Done():
 			t.Stop()
-			return r, false
+			return r, r.Context().Err()
 		}
 	}
 	ctx := context.WithValue(r.Context(), pacedKey{}, &paced{p: p, addr: addr, start: time.Now()})
-	return r.WithContext(ctx), true
+	return r.WithContext(ctx), nil
 }
 
 // wait is how long a request of addr arriving at now waits.

@@ -269,9 +269,14 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 		}
 		// An address whose documents were refused waits its turn before
 		// anything of its request is read (pacing.go).
-		r, ok := pacer.admit(r)
-		if !ok {
-			return
+		r, err := pacer.admit(r)
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				// The time budget ran out while waiting (a budget shorter
+				// than the owed wait): answered as a field out of time is.
+				writeRefusal(w, errOutOfTime())
+			}
+			return // otherwise the client is gone
 		}
 		if err := checkURL(r); err != nil {
 			refuseRequest(w, r, lim, err)
@@ -386,6 +391,12 @@ func refuseRequest(w http.ResponseWriter, r *http.Request, lim *limits, err erro
 	if rl := lim.refused(r.Context()); rl != nil {
 		err = rl.Err
 	}
+	writeRefusal(w, err)
+}
+
+// writeRefusal answers err as a GraphQL request error (no data), with
+// its code's HTTP status.
+func writeRefusal(w http.ResponseWriter, err error) {
 	ae := apperr.From(err)
 	ext := map[string]any{"code": string(ae.Code)}
 	if len(ae.Details) > 0 {
