@@ -120,7 +120,7 @@ func (s *server) queryVouchers(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, view.Vouchers(vs))
+	return ok(w, view.List(vs, view.OfVoucher))
 }
 
 // intParam parses an optional integer query parameter ("" is absent).

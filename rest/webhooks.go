@@ -51,7 +51,7 @@ func (s *server) listEndpoints(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfEndpoints(rows))
+	return ok(w, view.List(rows, view.OfEndpoint))
 }
 
 func (s *server) getEndpoint(w http.ResponseWriter, r *http.Request) error {
@@ -116,7 +116,7 @@ func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfDeliveries(rows))
+	return ok(w, view.List(rows, view.OfDelivery))
 }
 
 func (s *server) getDelivery(w http.ResponseWriter, r *http.Request) error {

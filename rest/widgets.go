@@ -49,7 +49,7 @@ func (s *server) listWidgets(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfWidgets(ws))
+	return ok(w, view.List(ws, view.OfWidget))
 }
 
 func (s *server) getWidget(w http.ResponseWriter, r *http.Request) error {

@@ -128,11 +128,12 @@ func settlementView(s *payment.Settlement) *Settlement {
 	return out
 }
 
-// Vouchers renders a list for REST (always a JSON array, never null).
-func Vouchers(vs []*ent.Voucher) []*Voucher {
-	out := make([]*Voucher, len(vs))
-	for i, v := range vs {
-		out[i] = OfVoucher(v)
+// List renders a list with of, one view per row: always a JSON array,
+// never null.
+func List[T, V any](rows []T, of func(T) V) []V {
+	out := make([]V, len(rows))
+	for i, r := range rows {
+		out[i] = of(r)
 	}
 	return out
 }

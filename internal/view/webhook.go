@@ -35,15 +35,6 @@ func OfEndpointWithSecret(e *ent.WebhookEndpoint, secret string) *Endpoint {
 	return out
 }
 
-// OfEndpoints renders a list (never null).
-func OfEndpoints(es []*ent.WebhookEndpoint) []*Endpoint {
-	out := make([]*Endpoint, len(es))
-	for i, e := range es {
-		out[i] = OfEndpoint(e)
-	}
-	return out
-}
-
 // Delivery is a webhook delivery as the delivery list shows it.
 type Delivery struct {
 	ID                 string        `json:"id"`
@@ -83,15 +74,6 @@ func OfDelivery(d *ent.WebhookDelivery) *Delivery {
 		LastAttemptAt: apitime.Ptr(d.LastAttemptAt), LastResponseStatus: d.LastResponseStatus,
 		NextAttemptAt: apitime.Ptr(d.NextAttemptAt), CreatedAt: apitime.From(d.CreatedAt),
 	}
-}
-
-// OfDeliveries renders a list (never null).
-func OfDeliveries(ds []*ent.WebhookDelivery) []*Delivery {
-	out := make([]*Delivery, len(ds))
-	for i, d := range ds {
-		out[i] = OfDelivery(d)
-	}
-	return out
 }
 
 // OfDeliveryWithLog renders a delivery with its attempts.

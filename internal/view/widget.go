@@ -46,15 +46,6 @@ func OfWidgetWithSecret(w *ent.Widget, secret string) *Widget {
 	return out
 }
 
-// OfWidgets renders a list (never null).
-func OfWidgets(ws []*ent.Widget) []*Widget {
-	out := make([]*Widget, len(ws))
-	for i, w := range ws {
-		out[i] = OfWidget(w)
-	}
-	return out
-}
-
 // WidgetConfig is GET /api/v1/widgets/:widgetId/config.
 type WidgetConfig struct {
 	ID           string           `json:"id"`
