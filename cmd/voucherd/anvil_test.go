@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
+	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/ethclient"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -374,10 +375,24 @@ func TestSettlementOnAnvil(t *testing.T) {
 	if err := json.Unmarshal(anvilCall("evm_revert", snapshot), &reverted); err != nil || !reverted {
 		t.Fatalf("evm_revert: %v %v", reverted, err)
 	}
-	if _, err := testchain.SendNonce(ctx, c, dropped, nonce, &dropped.Address, nil, nil, 21_000); err != nil {
+	// Priced well above the payment, so it replaces it even if the node
+	// put the payment back in its pool.
+	price, err := c.SuggestGasPrice(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spend, err := types.SignTx(types.NewTx(&types.LegacyTx{Nonce: nonce, GasPrice: price.Mul(price, big.NewInt(10)), Gas: 21_000, To: &dropped.Address, Value: new(big.Int)}),
+		types.LatestSignerForChainID(big.NewInt(1337)), dropped.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SendTransaction(ctx, spend); err != nil {
 		t.Fatalf("the reorged payment's nonce: %v", err)
 	}
 	anvilCall("anvil_mine", "0x3")
+	if rc, err := testchain.Wait(ctx, c, spend.Hash()); err != nil || rc.Status != 1 {
+		t.Fatalf("the transaction spending the payment's nonce: %v %v", rc, err)
+	}
 	waitTx(reorgID, "PENDING")
 	// Two more blocks, then two completed checks (the second began after
 	// the first ended, so after these blocks were mined).
