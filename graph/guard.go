@@ -183,9 +183,14 @@ type guardedExec struct {
 }
 
 func (e guardedExec) CreateOperationContext(ctx context.Context, p *graphql.RawParams) (*graphql.OperationContext, gqlerror.List) {
+	charge, err := paceOperation(ctx)
+	if err != nil {
+		// The socket's operation ended while it waited its turn.
+		return &graphql.OperationContext{}, gqlerror.List{{Message: "the operation ended while waiting", Err: errOutOfTime()}}
+	}
 	oc, errs := e.GraphExecutor.CreateOperationContext(ctx, p)
 	if len(errs) > 0 {
-		refusedPaced(ctx)
+		charge()
 		if err := e.lim.refused(ctx); err != nil {
 			return oc, gqlerror.List{err}
 		}

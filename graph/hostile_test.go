@@ -410,3 +410,51 @@ func TestRefusalWaitEndsWithTheTimeBudget(t *testing.T) {
 		t.Fatalf("%d %s after %v", status, r.raw, took)
 	}
 }
+
+// Operations sent on a websocket are paced like requests: after a refused
+// one, the address's next operation waits (on its own goroutine: the
+// socket goes on answering), and so does its next request over HTTP.
+func TestRefusedOperationsOnAWebsocketArePaced(t *testing.T) {
+	h := newHarness(t, storage.SQLite, harnessOptions{graph: graph.Options{RefusalShare: 0.001, MaxRefusalWait: 400 * time.Millisecond}})
+	c := dialWS(t, h.ws, transportWS)
+	c.init("")
+	var out struct {
+		Typename string `json:"__typename"`
+	}
+	completed := func(id string) {
+		t.Helper()
+		if m := c.next(5 * time.Second); m.Type != "complete" || m.ID != id {
+			t.Fatalf("want complete for %s, got %s %s", id, m.Type, m.ID)
+		}
+	}
+	start := time.Now()
+	c.subscribe("warm", `{ __typename }`, nil)
+	c.result("warm", 5*time.Second, &out)
+	completed("warm")
+	if took := time.Since(start); took > 100*time.Millisecond {
+		t.Fatalf("before any refusal: %v", took)
+	}
+	c.subscribe("hostile", hostileDocuments()["repeated fields in 30 KiB"], nil)
+	if code := c.failure("hostile", 5*time.Second); code != "validation_failed" {
+		t.Fatalf("the hostile document: %s", code)
+	}
+	completed("hostile")
+	start = time.Now()
+	c.subscribe("next", `{ __typename }`, nil)
+	c.result("next", 5*time.Second, &out)
+	completed("next")
+	if took := time.Since(start); took < 100*time.Millisecond || out.Typename != "Query" {
+		t.Fatalf("the next operation: %q after %v, want at least 100ms", out.Typename, took)
+	}
+	c.subscribe("hostile2", hostileDocuments()["repeated fields in 30 KiB"], nil)
+	if code := c.failure("hostile2", 5*time.Second); code != "validation_failed" {
+		t.Fatalf("the second hostile document: %s", code)
+	}
+	start = time.Now()
+	if status, r := h.post("", `{ __typename }`, nil); status != http.StatusOK || len(r.Errors) > 0 {
+		t.Fatalf("%d %s", status, r.raw)
+	}
+	if took := time.Since(start); took < 100*time.Millisecond {
+		t.Fatalf("the address's next request over HTTP: %v, want at least 100ms", took)
+	}
+}

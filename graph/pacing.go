@@ -14,7 +14,8 @@ import (
 // clients kept the service's two cores busy between them, and every other
 // request queued behind their refusals (REST GET p99 5.7 x its unloaded
 // figure). After each refusal, the address's next GraphQL request over
-// HTTP waits a multiple of the time the refused one took, so that an
+// HTTP, or operation on a websocket, waits a multiple of the time the
+// refused one took, so that an
 // address's refused documents take at most RefusalShare of one core on
 // average, whatever they are and however quickly it sends them. An address
 // whose documents are not refused never waits; the wait an address has
@@ -68,12 +69,16 @@ type paced struct {
 	p     *refusalPacer
 	addr  string
 	start time.Time
+	// socket marks a websocket connection's context: start is unused,
+	// each operation is paced on its own.
+	socket bool
 }
 
 // admit makes a GraphQL request over HTTP wait until its address is due,
 // before its body is read, and notes in its context when its work starts.
 // The error is the request context's if it ended while waiting (its time
-// budget ran out, or the client left). Websocket messages are not paced.
+// budget ran out, or the client left). A websocket's operations are paced
+// one by one (socket, paceOperation).
 func (p *refusalPacer) admit(r *http.Request) (*http.Request, error) {
 	addr := p.addr(r)
 	if wait := p.wait(addr, time.Now()); wait > 0 {
@@ -87,6 +92,35 @@ func (p *refusalPacer) admit(r *http.Request) (*http.Request, error) {
 	}
 	ctx := context.WithValue(r.Context(), pacedKey{}, &paced{p: p, addr: addr, start: time.Now()})
 	return r.WithContext(ctx), nil
+}
+
+// socket notes a websocket upgrade's address in its context: the
+// connection's operations are paced one by one (paceOperation).
+func (p *refusalPacer) socket(r *http.Request) *http.Request {
+	ctx := context.WithValue(r.Context(), pacedKey{}, &paced{p: p, addr: p.addr(r), socket: true})
+	return r.WithContext(ctx)
+}
+
+// paceOperation makes an operation sent on a websocket wait until its
+// address is due (its own goroutine waits: the connection goes on), and
+// returns the function that charges it if it is refused. Elsewhere it
+// does nothing (an HTTP request waited in admit).
+func paceOperation(ctx context.Context) (refused func(), err error) {
+	pc, _ := ctx.Value(pacedKey{}).(*paced)
+	if pc == nil || !pc.socket {
+		return func() { refusedPaced(ctx) }, nil
+	}
+	if wait := pc.p.wait(pc.addr, time.Now()); wait > 0 {
+		t := time.NewTimer(wait)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return func() {}, ctx.Err()
+		}
+	}
+	start := time.Now()
+	return func() { pc.p.charge(pc.addr, start, time.Now()) }, nil
 }
 
 // wait is how long a request of addr arriving at now waits.
@@ -109,7 +143,7 @@ func (p *refusalPacer) wait(addr string, now time.Time) time.Duration {
 // already owes, at most maxWait from now.
 func refusedPaced(ctx context.Context) {
 	pc, _ := ctx.Value(pacedKey{}).(*paced)
-	if pc == nil {
+	if pc == nil || pc.socket {
 		return
 	}
 	pc.p.charge(pc.addr, pc.start, time.Now())

@@ -257,8 +257,9 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if websocket.IsWebSocketUpgrade(r) {
 			// Its messages are bounded by the transport's read limit, and
-			// the upgrade's GET says nothing about the operations on it.
-			next.ServeHTTP(w, r)
+			// the upgrade's GET says nothing about the operations on it;
+			// they are paced one by one (guardedExec).
+			next.ServeHTTP(w, pacer.socket(r))
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), budget)
