@@ -583,9 +583,10 @@ func TestGoroutinesPerSubscription(t *testing.T) {
 				}
 				return g
 			}
-			time.Sleep(50 * time.Millisecond)
-			runtime.GC()
-			base := runtime.NumGoroutine()
+			// The baseline is taken once the count holds still: goroutines
+			// of earlier tests (connections closing, timers) still ending
+			// after it was read made the count below look short (CI, loaded).
+			base := stableGoroutines()
 			// Raw clients without reader goroutines, so every goroutine
 			// counted is the server's.
 			conns := make([]*websocket.Conn, n)
@@ -612,7 +613,10 @@ func TestGoroutinesPerSubscription(t *testing.T) {
 			g := settle(want + 4)
 			per := float64(g-base) / n
 			t.Logf("%s: %d goroutines for %d idle subscriptions (%.2f each)", tc.field, g-base, n, per)
-			if g > want+4 || g < want-2 {
+			// Above is what matters (no goroutine beyond the expected per
+			// subscription); below only checks the count sees them at all,
+			// with room for stragglers of earlier tests ending meanwhile.
+			if g > want+4 || g < want-n/10 {
 				t.Fatalf("%d goroutines above the baseline for %d subscriptions, want about %d", g-base, n, int(tc.per*n))
 			}
 			// Still alive: one event reaches every subscriber.
@@ -644,4 +648,21 @@ func TestOnEndOutsideTheTransport(t *testing.T) {
 	if wstransport.OnEnd(context.Background(), func() { ran = true }) || ran {
 		t.Fatalf("OnEnd outside an operation: registered or ran (%v)", ran)
 	}
+}
+
+// stableGoroutines is the goroutine count once two readings 50 ms apart
+// agree (at most about 3 s).
+func stableGoroutines() int {
+	runtime.GC()
+	last := runtime.NumGoroutine()
+	for range 60 {
+		time.Sleep(50 * time.Millisecond)
+		runtime.GC()
+		g := runtime.NumGoroutine()
+		if g == last {
+			return g
+		}
+		last = g
+	}
+	return last
 }
