@@ -20,6 +20,7 @@ import (
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
+	"github.com/ethereum/go-ethereum/crypto"
 	"github.com/ethereum/go-ethereum/ethclient"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
@@ -34,9 +35,14 @@ import (
 // receiver checks every deposit event's signature with the Standard
 // Webhooks library. One node, one service, the cases side by side: exact,
 // underpaid, overpaid, split, a decoy token with the same symbol, a
-// reverted transfer, a hash another voucher already claimed, the native
-// currency, a negotiated (FX) payment from the payer's wallet and one from
-// another sender, and a payment whose block a reorg drops (anvil's
+// reverted transfer, a hash another voucher already claimed, a fabricated
+// hash no transaction has (FAILED once a short settlement window passed),
+// the native currency, a negotiated (FX) payment from the payer's wallet
+// priced by a Chainlink-compatible feed on anvil and one from another
+// sender, the feed fresh (GET /finance/rates shows its answer, source and
+// updatedAt) and stale (no ETH price: rates leave it out, negotiation is
+// rate_unavailable), confirmations counted against anvil's head and the
+// receipt's block, and a payment whose block a reorg drops (anvil's
 // evm_snapshot / evm_revert) and that is never mined again.
 func TestSettlementOnAnvil(t *testing.T) {
 	dir := testserver.NodePackage(t, "test/anvil")
@@ -101,11 +107,40 @@ func TestSettlementOnAnvil(t *testing.T) {
 		}
 		return rc.ContractAddress
 	}
-	token := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
-	decoy := deployed(send(owner, nil, testchain.DeployTokenData("USD Coin", "USDC", 6), 0))
-	for _, mint := range []struct{ token, to common.Address }{{token, payer.Address}, {decoy, payer.Address}, {token, dropped.Address}} {
-		if _, err := testchain.Wait(ctx, c, send(owner, &mint.token, testchain.MintData(mint.to, big.NewInt(1_000_000_000)), 0)); err != nil {
+	// The token, a decoy with the same name and symbol, and a
+	// Chainlink-compatible ETH/USD feed (8 decimals) are created in one
+	// block; the mints and the feed's first answer (3000, a minute old)
+	// in the next. Several of the owner's transactions are in flight at
+	// once, so their nonces are counted here, not asked.
+	ownerNonce, err := c.PendingNonceAt(ctx, owner.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fromOwner := func(to *common.Address, data []byte) common.Hash {
+		t.Helper()
+		h, err := testchain.SendNonce(ctx, c, owner, ownerNonce, to, nil, data, 0)
+		if err != nil {
 			t.Fatal(err)
+		}
+		ownerNonce++
+		return h
+	}
+	deploys := []common.Hash{
+		fromOwner(nil, testchain.DeployTokenData("USD Coin", "USDC", 6)),
+		fromOwner(nil, testchain.DeployTokenData("USD Coin", "USDC", 6)),
+		fromOwner(nil, testchain.DeployAggregatorData(8, "ETH / USD")),
+	}
+	token, decoy, feed := deployed(deploys[0]), deployed(deploys[1]), deployed(deploys[2])
+	const feedAnswer = 3000_00000000 // 3000 USD with the feed's 8 decimals
+	feedFresh := time.Now().Add(-time.Minute).UTC().Truncate(time.Second)
+	for _, h := range []common.Hash{
+		fromOwner(&token, testchain.MintData(payer.Address, big.NewInt(1_000_000_000))),
+		fromOwner(&decoy, testchain.MintData(payer.Address, big.NewInt(1_000_000_000))),
+		fromOwner(&token, testchain.MintData(dropped.Address, big.NewInt(1_000_000_000))),
+		fromOwner(&feed, testchain.SetAnswerData(big.NewInt(feedAnswer), feedFresh)),
+	} {
+		if rc, err := testchain.Wait(ctx, c, h); err != nil || rc.Status != 1 {
+			t.Fatalf("mint / feed answer: %v %v", rc, err)
 		}
 	}
 
@@ -116,9 +151,37 @@ func TestSettlementOnAnvil(t *testing.T) {
     {"network": "anvil", "currency": "ETH", "currencyAddress": "0xEeeeeEeeeEeEeeEeEeEeeEEEeeeeEeeeeeeeEEeE", "decimals": 18, "native": true},
     {"network": "anvil", "currency": "USDC", "currencyAddress": %q, "decimals": 6, "native": false}
   ],
-  "prices": {"ETH": "3000", "USDC": "1"}
-}`, rpcURL, token.Hex()))
-	s := testserver.Start(t, testserver.Options{Dialect: "sqlite", Env: map[string]string{"VOUCHER_FINANCE_FILE": financeFile}})
+  "prices": {"USDC": "1"},
+  "priceFeeds": [{"currency": "ETH", "network": "anvil", "address": %q, "maxAge": "1h"}]
+}`, rpcURL, token.Hex(), feed.Hex()))
+	// The settlement window is measured on the service's clock from each
+	// resolve (not on the chain's): short here, so the fabricated hash
+	// fails within the test, and still several times what any other case
+	// takes from its resolve to its last check.
+	const window = 10 * time.Second
+	s := testserver.Start(t, testserver.Options{Dialect: "sqlite", Env: map[string]string{
+		"VOUCHER_FINANCE_FILE": financeFile, "VOUCHER_SETTLEMENT_WINDOW": window.String(),
+	}})
+
+	// The feed, fresh, prices ETH: GET /finance/rates shows its answer as
+	// a decimal, its source and its updatedAt; USDC keeps its file price.
+	type rateSource struct{ Source, UpdatedAt string }
+	rates := func() (out struct {
+		Rates   map[string]string
+		Sources map[string]rateSource
+	}) {
+		t.Helper()
+		r := s.Do(t, "GET", "/api/v1/finance/rates", "", nil)
+		if r.Status != 200 {
+			t.Fatalf("rates: %d %s", r.Status, r.Body)
+		}
+		r.JSON(t, &out)
+		return out
+	}
+	if got := rates(); got.Rates["ETH"] != "3000" || got.Sources["ETH"] != (rateSource{"feed", feedFresh.Format("2006-01-02T15:04:05.000Z")}) ||
+		got.Rates["USDC"] != "1" || got.Sources["USDC"].Source != "file" {
+		t.Fatalf("rates with a fresh feed: %+v", got)
+	}
 
 	// The business, its receiver and the payer's session.
 	rcv := newSignedReceiver(t)
@@ -242,6 +305,14 @@ func TestSettlementOnAnvil(t *testing.T) {
 		id, pid := deposit(amount)
 		settle(name, id, pid, w, hashes...)
 	}
+	// A fabricated hash, first (its window runs beside the other cases):
+	// well formed, but no transaction has it. The watcher looks it up at
+	// each poll and finds nothing; it is checked at the end.
+	fabricated, fabricatedPID := deposit("5")
+	fabricatedAt := time.Now() // the service's resolve, and its deadline, come after this
+	if r := resolve(fabricated, fabricatedPID, crypto.Keccak256Hash([]byte("no transaction has this hash: "+fabricated))); r.Status != 200 {
+		t.Fatalf("fabricated: resolve-voucher: %d %s", r.Status, r.Body)
+	}
 	exact := pay(token, 12_500_000)
 	add("exact", "12.5", want{"CONFIRMED", "12.5", "", []string{"deposit.confirmed", "deposit.created", "deposit.pending"}}, exact)
 	add("underpaid", "5", want{"UNDERPAID", "4", "", []string{"deposit.created", "deposit.pending", "deposit.underpaid"}}, pay(token, 4_000_000))
@@ -254,9 +325,9 @@ func TestSettlementOnAnvil(t *testing.T) {
 		send(poor, &token, testchain.TransferData(payee.Address, big.NewInt(5_000_000)), 100_000))
 
 	// The native currency, and a negotiated payment: 30 USDC owed, the
-	// payer's wallet offers ETH (3000 USD) from its own address, so 0.01
-	// ETH is due from that address; the same paid from another account
-	// does not pay.
+	// payer's wallet offers ETH (3000 USD, the feed's answer) from its own
+	// address, so 0.01 ETH is due from that address; the same paid from
+	// another account does not pay.
 	wei := func(eth string) *big.Int {
 		w, ok := new(big.Int).SetString(strings.TrimSuffix(eth, "e16")+"0000000000000000", 10)
 		if !ok {
@@ -264,12 +335,16 @@ func TestSettlementOnAnvil(t *testing.T) {
 		}
 		return w
 	}
-	negotiate := func(id string) string {
+	negotiateETH := func(id string) *testserver.Response {
 		t.Helper()
-		r := s.Do(t, "POST", "/api/v1/vouchers/"+id+"/negotiate-voucher", wallet.Token, map[string]any{"suppliedPayment": map[string]any{
+		return s.Do(t, "POST", "/api/v1/vouchers/"+id+"/negotiate-voucher", wallet.Token, map[string]any{"suppliedPayment": map[string]any{
 			"network": "anvil", "currency": "ETH", "currencyAddress": ethAddress, "amount": "1",
 			"wallet": map[string]any{"address": payer.Address.Hex()},
 		}})
+	}
+	negotiate := func(id string) string {
+		t.Helper()
+		r := negotiateETH(id)
 		var v struct {
 			SuppliedPayment struct{ Amount string } `json:"suppliedPayment"`
 		}
@@ -289,6 +364,11 @@ func TestSettlementOnAnvil(t *testing.T) {
 	id, pid = deposit("30")
 	negotiate(id)
 	settle("another sender", id, pid, want{"FAILED", "", "not sent from suppliedPayment.wallet.address", []string{"deposit.created", "deposit.failed"}}, payETH(poor, wei("1e16")))
+	// The negotiations done, the feed's answer is dated past its maxAge
+	// (1h). The service measures an answer's age on its own clock against
+	// the answer's updatedAt (the aggregator's, not a block's time), so
+	// moving anvil's clock would not age it: the answer's date does.
+	stale := fromOwner(&feed, testchain.SetAnswerData(big.NewInt(feedAnswer), time.Now().Add(-time.Hour-time.Minute)))
 
 	// A hash another voucher claimed is refused at once, nothing stored.
 	reused, reusedPID := deposit("12.5")
@@ -339,10 +419,58 @@ func TestSettlementOnAnvil(t *testing.T) {
 		t.Fatalf("paidAmount in the events: %v", rcv.all())
 	}
 
+	// The feed stale: ETH has no price (a currency with a feed has no file
+	// price to fall back on). The rates leave it out, and a negotiation
+	// into ETH is 400 rate_unavailable with the voucher unchanged.
+	if rc, err := testchain.Wait(ctx, c, stale); err != nil || rc.Status != 1 {
+		t.Fatalf("the feed's stale answer: %v %v", rc, err)
+	}
+	if got := rates(); got.Rates["ETH"] != "" || got.Sources["ETH"] != (rateSource{}) || got.Rates["USDC"] != "1" || got.Sources["USDC"].Source != "file" {
+		t.Fatalf("rates with a stale feed: %+v", got)
+	}
+	if r = negotiateETH(reused); r.Status != 400 || r.Code() != "rate_unavailable" {
+		t.Fatalf("negotiated with a stale feed: %d %s", r.Status, r.Body)
+	}
+	if r = s.Do(t, "GET", "/api/v1/vouchers/"+reused, member.Token, nil); r.Status != 200 || r.Map(t)["status"] != "REDEEMED" || r.Map(t)["suppliedPayment"] != nil {
+		t.Fatalf("the refused negotiation changed the voucher: %d %s", r.Status, r.Body)
+	}
+
+	// Confirmations counted, against anvil's own numbers: from here anvil
+	// mines only when told (so no block comes between the reads below). A
+	// payment mined in one block shows MINED with head − block + 1 = 1
+	// confirmation, and after one more block CONFIRMED with 2, the
+	// settlement's count and the transaction's alike, at the receipt's
+	// block.
+	anvilCall("evm_setIntervalMining", 0)
+	countedID, countedPID := deposit("1")
+	counted := pay(token, 1_000_000)
+	if r := resolve(countedID, countedPID, counted); r.Status != 200 {
+		t.Fatalf("counted: resolve-voucher: %d %s", r.Status, r.Body)
+	}
+	for _, status := range []string{"MINED", "CONFIRMED"} {
+		anvilCall("anvil_mine", "0x1")
+		waitTx(countedID, status)
+		rc, err := c.TransactionReceipt(ctx, counted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		head, err := c.BlockNumber(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, want := settlementOf(countedID), int(head-rc.BlockNumber.Uint64()+1)
+		if tx := st.Transactions[0]; st.Confirmations != want || tx.Confirmations != want || tx.BlockNumber == nil || *tx.BlockNumber != rc.BlockNumber.Int64() || st.PaidAmount != "1" {
+			t.Fatalf("counted: %s at head %d, receipt in block %d (%d confirmations): settlement %+v", status, head, rc.BlockNumber, want, st)
+		}
+	}
+	if got := rcv.waitFor(t, countedID, 3); !slices.Equal(got, []string{"deposit.confirmed", "deposit.created", "deposit.pending"}) {
+		t.Fatalf("counted: events %v", got)
+	}
+
 	// A reorg, last (anvil's evm_revert rewinds its clock to the snapshot,
 	// so blocks mined after it are stamped in the past: a payment mined
 	// there would be "mined before the voucher was reserved"), while
-	// anvil mines only when told. A payment mined in block N is seen
+	// anvil still mines only when told. A payment mined in block N is seen
 	// (MINED, 1 of 2 confirmations: deposit.pending); the chain is
 	// reverted to before it, its nonce spent on another transaction (so
 	// it can never be mined again), and three other blocks are mined from
@@ -350,7 +478,6 @@ func TestSettlementOnAnvil(t *testing.T) {
 	// service puts the payment back to PENDING, and after two more blocks
 	// and a completed check of them it still is, and the business got
 	// deposit.pending and nothing after it.
-	anvilCall("evm_setIntervalMining", 0)
 	var snapshot string
 	if err := json.Unmarshal(anvilCall("evm_snapshot"), &snapshot); err != nil {
 		t.Fatal(err)
@@ -416,6 +543,23 @@ func TestSettlementOnAnvil(t *testing.T) {
 	if got := rcv.all()[reorgID]; len(got) != 2 || got[0].typ != "deposit.created" || got[1].typ != "deposit.pending" {
 		t.Fatalf("reorg: events %v", got)
 	}
+
+	// The fabricated hash never confirmed: once the window passed, its
+	// settlement is FAILED, the transaction INVALID "not confirmed within
+	// the settlement window", and the business got deposit.failed (what a
+	// FAILED settlement sends), never before the window's end, and no
+	// deposit.pending nor a confirmation. Its window ran beside the cases
+	// above: this waits only for what is left of it.
+	if got := rcv.waitFor(t, fabricated, 2); !slices.Equal(got, []string{"deposit.created", "deposit.failed"}) {
+		t.Fatalf("fabricated: events %v", got)
+	}
+	if e := rcv.all()[fabricated]; e[1].typ != "deposit.failed" || e[1].at.Sub(fabricatedAt) < window {
+		t.Fatalf("fabricated: deposit.failed %v after its resolve, window %v", e[1].at.Sub(fabricatedAt), window)
+	}
+	if st := settlementOf(fabricated); st.Status != "FAILED" || st.PaidAmount != "" || len(st.Transactions) != 1 ||
+		st.Transactions[0].Status != "INVALID" || st.Transactions[0].Reason != "not confirmed within the settlement window" || st.Transactions[0].BlockNumber != nil {
+		t.Fatalf("fabricated: settlement %+v", st)
+	}
 }
 
 // signedReceiver is a business's webhook receiver: it keeps the events
@@ -430,7 +574,10 @@ type signedReceiver struct {
 	got    chan struct{}
 }
 
-type receivedEvent struct{ typ, paid string }
+type receivedEvent struct {
+	typ, paid string
+	at        time.Time // when it was received
+}
 
 func newSignedReceiver(t *testing.T) *signedReceiver {
 	r := &signedReceiver{events: map[string][]receivedEvent{}, got: make(chan struct{}, 1)}
@@ -455,7 +602,7 @@ func newSignedReceiver(t *testing.T) *signedReceiver {
 			r.bad = append(r.bad, err.Error())
 			return
 		}
-		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount})
+		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount, time.Now()})
 		select {
 		case r.got <- struct{}{}:
 		default:
