@@ -116,11 +116,7 @@ const (
 
 func reserve(t *testing.T, srv *testserver.Server, payee testserver.Identity, code string) string {
 	t.Helper()
-	r := srv.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
-	if r.Status != 200 {
-		t.Fatalf("reserve: %d %s", r.Status, r.Body)
-	}
-	return r.Map(t)["id"].(string)
+	return srv.Reserve(t, payee.Token, map[string]any{"code": code})
 }
 
 // redeem redeems voucher v over REST and returns when the call returned.

@@ -49,13 +49,9 @@ func TestHostileInputCatalogue(t *testing.T) {
 			payer := srv.Device(t)
 			sesID, code := srv.Session(t, payer)
 			payee := srv.Resource(t, code)
-			r := srv.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
-			if r.Status != 200 {
-				t.Fatalf("reserve: %d %s", r.Status, r.Body)
-			}
-			vid, _ := r.Map(t)["id"].(string)
+			vid := srv.Reserve(t, payee.Token, map[string]any{"code": code})
 			user := srv.User(t)
-			r = srv.Do(t, "POST", "/api/v1/businesses/create-business", user.Token, map[string]any{"name": "Shop"})
+			r := srv.Do(t, "POST", "/api/v1/businesses/create-business", user.Token, map[string]any{"name": "Shop"})
 			if r.Status != 200 {
 				t.Fatalf("create-business: %d %s", r.Status, r.Body)
 			}
@@ -293,11 +289,7 @@ func TestClosingASessionEndsItsResourceTokens(t *testing.T) {
 			payer := a.Device(t)
 			sesID, code := a.Session(t, payer)
 			payee := a.Resource(t, code)
-			r := b.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
-			if r.Status != 200 {
-				t.Fatalf("reserve: %d %s", r.Status, r.Body)
-			}
-			vid, _ := r.Map(t)["id"].(string)
+			vid := b.Reserve(t, payee.Token, map[string]any{"code": code})
 			if r := b.Do(t, "GET", "/api/v1/vouchers/"+vid, payee.Token, nil); r.Status != 200 {
 				t.Fatalf("read before close: %d %s", r.Status, r.Body)
 			}

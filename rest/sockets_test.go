@@ -45,11 +45,7 @@ func TestSocketsEndWithTheirGrounds(t *testing.T) {
 			payer := a.Device(t)
 			sesID, code := a.Session(t, payer)
 			payee := a.Resource(t, code)
-			r := b.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
-			if r.Status != 200 {
-				t.Fatalf("reserve: %d %s", r.Status, r.Body)
-			}
-			vid, _ := r.Map(t)["id"].(string)
+			vid := b.Reserve(t, payee.Token, map[string]any{"code": code})
 			byInit := openSocket(t, b, payee.Token, false)
 			byHeader := openSocket(t, b, payee.Token, true)
 			watcher := openSocket(t, b, payer.Token, false)
@@ -77,7 +73,7 @@ func TestSocketsEndWithTheirGrounds(t *testing.T) {
 
 			// A membership made INACTIVE, then the business.
 			owner, member := a.User(t), a.User(t)
-			r = a.Do(t, "POST", "/api/v1/businesses/create-business", owner.Token, map[string]any{"name": "Sockets Ltd"})
+			r := a.Do(t, "POST", "/api/v1/businesses/create-business", owner.Token, map[string]any{"name": "Sockets Ltd"})
 			if r.Status != 200 {
 				t.Fatalf("create-business: %d %s", r.Status, r.Body)
 			}
@@ -97,11 +93,7 @@ func TestSocketsEndWithTheirGrounds(t *testing.T) {
 			const followBusiness = `subscription($b: ID!) { voucherUpdated(businessId: $b) { id status } }`
 			payer2 := a.Device(t)
 			_, code2 := a.Session(t, payer2)
-			r = b.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", member.Token, map[string]any{"code": code2, "businessId": bid})
-			if r.Status != 200 {
-				t.Fatalf("reserve for the business: %d %s", r.Status, r.Body)
-			}
-			bvid, _ := r.Map(t)["id"].(string)
+			bvid := b.Reserve(t, member.Token, map[string]any{"code": code2, "businessId": bid})
 
 			memberSock := openSocket(t, b, member.Token, false)
 			ownerSock := openSocket(t, b, owner.Token, false)

@@ -182,13 +182,9 @@ func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
 	wallet := s.Device(t)
 	_, code := s.Session(t, wallet)
 	payee := s.Resource(t, code)
-	r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payee.Token, map[string]any{"code": code})
-	if r.Status != 200 {
-		t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
-	}
-	id := r.Map(t)["id"].(string)
+	id := s.Reserve(t, payee.Token, map[string]any{"code": code})
 	payeeWallet := testchain.NewAccount().Address.Hex()
-	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payee.Token, map[string]any{"expectedPayment": map[string]any{
+	r := s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payee.Token, map[string]any{"expectedPayment": map[string]any{
 		"network": "local", "currency": "USDC", "currencyAddress": "0x5FbDB2315678afecb367f032d93F642f64180aa3", "amount": "12.5",
 		"wallet": map[string]any{"address": payeeWallet},
 	}})

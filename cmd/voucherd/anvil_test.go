@@ -204,12 +204,8 @@ func TestSettlementOnAnvil(t *testing.T) {
 	const ethAddress = "0xEeeeeEeeeEeEeeEeEeEeeEEEeeeeEeeeeeeeEEeE"
 	depositIn := func(currency, currencyAddress, amount string) (id, paymentID string) {
 		t.Helper()
-		r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", member.Token, map[string]any{"code": code, "businessId": biz})
-		if r.Status != 200 {
-			t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
-		}
-		id = r.Map(t)["id"].(string)
-		r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", member.Token, map[string]any{"expectedPayment": map[string]any{
+		id = s.Reserve(t, member.Token, map[string]any{"code": code, "businessId": biz})
+		r := s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", member.Token, map[string]any{"expectedPayment": map[string]any{
 			"network": "anvil", "currency": currency, "currencyAddress": currencyAddress, "amount": amount,
 			"wallet": map[string]any{"address": payee.Address.Hex()},
 		}})

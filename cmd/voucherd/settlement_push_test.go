@@ -76,12 +76,8 @@ func TestSettlementPushedOnVoucherUpdated(t *testing.T) {
 			wallet := s.Device(t)
 			_, code := s.Session(t, wallet)
 			payeeID := s.Resource(t, code)
-			r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", payeeID.Token, map[string]any{"code": code})
-			if r.Status != 200 {
-				t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
-			}
-			id := r.Map(t)["id"].(string)
-			r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payeeID.Token, map[string]any{"expectedPayment": map[string]any{
+			id := s.Reserve(t, payeeID.Token, map[string]any{"code": code})
+			r := s.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", payeeID.Token, map[string]any{"expectedPayment": map[string]any{
 				"network": "local", "currency": "USDC", "currencyAddress": token.Hex(), "amount": "4.2",
 				"wallet": map[string]any{"address": payee.Hex()},
 			}})

@@ -161,12 +161,8 @@ func (w *world) secret() string { return w.endpoint["signingSecret"].(string) }
 // polygon; it returns the voucher id and its payment id.
 func (w *world) deposit(t *testing.T, amount string) (string, string) {
 	t.Helper()
-	r := w.srv.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", w.owner.Token, map[string]any{"code": w.code, "businessId": w.biz})
-	if r.Status != 200 {
-		t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
-	}
-	id := r.Map(t)["id"].(string)
-	r = w.srv.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", w.owner.Token, map[string]any{"expectedPayment": map[string]any{
+	id := w.srv.Reserve(t, w.owner.Token, map[string]any{"code": w.code, "businessId": w.biz})
+	r := w.srv.Do(t, "POST", "/api/v1/vouchers/"+id+"/redeem-voucher", w.owner.Token, map[string]any{"expectedPayment": map[string]any{
 		"network": "polygon", "currency": "USDC", "currencyAddress": usdcPolygon, "amount": amount,
 		"wallet": map[string]any{"address": payeeAddress},
 	}})

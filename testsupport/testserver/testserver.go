@@ -314,6 +314,22 @@ func (s *Server) Resource(t testing.TB, code string) Identity {
 	return must(t, "resource sign-in", id, err)
 }
 
+// Reserve reserves a voucher (POST /api/v1/vouchers/reserve-voucher with
+// body: the session's code, and a businessId for a business voucher) as
+// token, fails the test unless it is answered 200, and returns its id.
+func (s *Server) Reserve(t testing.TB, token string, body map[string]any) string {
+	t.Helper()
+	r := s.Do(t, "POST", "/api/v1/vouchers/reserve-voucher", token, body)
+	if r.Status != 200 {
+		t.Fatalf("reserve-voucher: %d %s", r.Status, r.Body)
+	}
+	id, _ := r.Map(t)["id"].(string)
+	if id == "" {
+		t.Fatalf("reserve-voucher: no id in %s", r.Body)
+	}
+	return id
+}
+
 var (
 	npmMu   sync.Mutex
 	npmDone = map[string]error{}
