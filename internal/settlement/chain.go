@@ -72,3 +72,34 @@ type Chain interface {
 	// chain does not have (yet, or any more) is absent from the map.
 	BlockHashes(ctx context.Context, heights []uint64) (map[uint64]string, error)
 }
+
+// Watch is one address the watcher looks for payments to, on behalf of one
+// open checkout: on EVM its deposit address (lower-case hex) and the token
+// contract due (lower-case) or Native; on Solana its Solana Pay reference
+// key (base58) and the mint due or Native.
+type Watch struct {
+	Address string
+	Asset   string
+}
+
+// Found is a transaction a Detector found paying to a watched address.
+type Found struct {
+	Hash        string
+	Watch       Watch
+	BlockNumber uint64 // EVM block number; Solana slot
+}
+
+// Detector is what a Chain adds when it can find payments no one reported:
+// transactions that pay a watched address, found from the chain alone (EVM:
+// the due token's Transfer logs to a deposit address and native value sent
+// to one; Solana: getSignaturesForAddress of a reference key). The watcher
+// then looks the found transactions up with Transactions and judges them by
+// the same rules as a submitted hash. Detect is at most one round trip (a
+// batch), and its cost grows with the blocks scanned and the matching
+// transfers, not with the number of watches where the chain allows it.
+type Detector interface {
+	// Detect returns the transactions in blocks after..upTo (after
+	// excluded, upTo included) that pay one of watches, each once per
+	// watch it pays, in chain order.
+	Detect(ctx context.Context, after, upTo uint64, watches []Watch) ([]Found, error)
+}
