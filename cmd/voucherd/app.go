@@ -36,6 +36,7 @@ import (
 	"github.com/voucherd/voucherd/internal/password"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/ratelimit"
+	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/services"
 	"github.com/voucherd/voucherd/internal/session"
@@ -86,8 +87,12 @@ type App struct {
 	graphql *graph.Handler
 	// principals finds the GraphQL websockets of a session's resource
 	// tokens and of a user, to close them when the session closes or a
-	// membership of the user ends (endSockets).
+	// membership of the user ends (endLocalSockets).
 	principals *graph.Sockets
+	// ends spreads those ends over the replicas: each closes its sockets
+	// and forgets the principal in its caches (the sessions' live cache)
+	// before the ending request is answered (internal/revocation).
+	ends *revocation.Ends
 	// Settlement keeps resolved vouchers' settlement; its watcher (run by
 	// Start) follows the verified networks' chains.
 	Settlement *settlement.Service
@@ -180,11 +185,14 @@ func (a *App) build(ctx context.Context) error {
 	a.Identity = identity.NewService(db, hasher, a.Issuer, a.Sessions)
 	a.Businesses = business.NewService(db, nil)
 	a.principals = graph.NewSockets()
+	a.ends = revocation.New(revocation.Options{Log: a.Log})
+	a.ends.OnEnd(a.endLocalSockets)
+	a.Sessions.Revocations(a.ends)
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}
-	a.Sessions.OnClose(a.endSockets)
-	a.Businesses.OnMembershipEnd(a.endSockets)
+	a.Sessions.OnClose(a.ends.End)
+	a.Businesses.OnMembershipEnd(a.ends.End)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		metrics.BuildInfo(), metrics.DBStats(db.SQL))
@@ -496,27 +504,16 @@ func (a *App) buildPubsub(ctx context.Context) error {
 		return err
 	}
 	l, err := pubsub.Listen(ctx, a.Config.DatabaseURL, a.Hub, pubsub.ListenerOptions{Log: a.Log, Replica: n.Replica(), Peers: n,
-		Handlers: map[string]func(string){pubsub.EndedChannel: a.endLocalSockets}})
+		Handlers: map[string]func(string){revocation.EndedChannel: a.ends.Handle, revocation.AckChannel: a.ends.HandleAck},
+		Lost:     a.ends.Lost})
 	if err != nil {
 		_ = n.Close(ctx)
 		a.Hub.Close()
 		return err
 	}
 	a.notifier, a.listener = n, l
+	a.ends.Connect(revocation.Transport{Replica: n.Replica(), Send: n.Send, Peers: l.Peers, Heard: l.Heard})
 	return nil
-}
-
-// endSockets closes the GraphQL websockets of principal id (a closed
-// session's ses_ id: its resource tokens; a usr_ id: a user whose
-// membership ended) with 4403, on this replica and, through the notifier,
-// on the others. A replica that dies between the commit and the
-// notification leaves the others' sockets to their token's expiry; every
-// operation on them is still checked against the database.
-func (a *App) endSockets(id string) {
-	a.endLocalSockets(id)
-	if a.notifier != nil {
-		a.notifier.Send(pubsub.EndedChannel, id)
-	}
 }
 
 // endLocalSockets closes this replica's websockets of principal id.

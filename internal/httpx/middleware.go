@@ -21,11 +21,14 @@ type requestIDKey struct{}
 type routeKey struct{}
 
 // Routes wraps the service's one mux so the access log and metrics can name
-// the matched route pattern, whatever request copies handlers make.
+// the matched route pattern, whatever request copies handlers make. The
+// mux records the pattern it matched on the request it was given
+// (Request.Pattern), so this reads it from there rather than matching the
+// request twice (mux.Handler: about 2% of a GET's CPU).
 func Routes(mux *http.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if p, ok := r.Context().Value(routeKey{}).(*string); ok {
-			_, *p = mux.Handler(r)
+			defer func() { *p = r.Pattern }() // a panic is logged with its route too
 		}
 		mux.ServeHTTP(w, r)
 	})

@@ -39,7 +39,12 @@ type ListenerOptions struct {
 	// listener's goroutine, so it must not block. A notification lost
 	// while the connection was down is not replayed for them.
 	Handlers map[string]func(payload string)
-	Log      *slog.Logger
+	// Lost, when set, is called on the listener's goroutine whenever it
+	// resyncs (its connection was re-established, a replica went silent or
+	// said it dropped notifications): notifications of Handlers' channels
+	// may have been lost, and they are not replayed.
+	Lost func()
+	Log  *slog.Logger
 }
 
 // PeerWatcher learns which other replicas the Listener hears.
@@ -76,6 +81,10 @@ type Listener struct {
 	peers map[string]time.Time
 	// resyncs counts resyncs started, for tests and metrics.
 	resyncs atomic.Int64
+	// heard is when a notification was last taken in (unix nanos);
+	// known is a copy of peers' names for Peers.
+	heard atomic.Int64
+	known atomic.Pointer[[]string]
 }
 
 // ApplicationName tags the listener's connection in pg_stat_activity.
@@ -169,6 +178,7 @@ func (l *Listener) run(ctx context.Context) {
 	defer l.wg.Done()
 	log := l.opts.Log
 	l.markHealthy()
+	l.heard.Store(time.Now().UnixNano()) // LISTEN is in effect: nothing missed so far
 	// Ping from its own goroutine: on a half-dead connection it can block
 	// until TCP gives up, and notifications must keep flowing meanwhile.
 	l.wg.Add(1)
@@ -204,6 +214,7 @@ func (l *Listener) run(ctx context.Context) {
 				continue
 			}
 			l.markHealthy()
+			l.heard.Store(time.Now().UnixNano())
 			if n.Channel == ReplicaChannel {
 				l.replicaMessage(ctx, n.Extra)
 				continue
@@ -252,7 +263,11 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 			}
 			l.opts.Peers.PeerJoined(started)
 		}
+		_, known := l.peers[m.Replica]
 		l.peers[m.Replica] = time.Now()
+		if !known {
+			l.publishPeers()
+		}
 	}
 }
 
@@ -261,6 +276,7 @@ func (l *Listener) dropPeer(id string) {
 		return
 	}
 	delete(l.peers, id)
+	l.publishPeers()
 	if len(l.peers) == 0 && l.opts.Peers != nil {
 		l.opts.Peers.PeersGone()
 	}
@@ -271,6 +287,9 @@ func (l *Listener) dropPeer(id string) {
 func (l *Listener) resync(ctx context.Context, since time.Time) {
 	since = since.Add(-l.opts.ResyncMargin)
 	l.resyncs.Add(1)
+	if l.opts.Lost != nil {
+		l.opts.Lost()
+	}
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
@@ -280,6 +299,34 @@ func (l *Listener) resync(ctx context.Context, since time.Time) {
 			l.opts.Log.Error("pubsub: resync failed", "err", err.Error())
 		}
 	}()
+}
+
+// publishPeers copies the peers' names for Peers (run goroutine only).
+func (l *Listener) publishPeers() {
+	names := make([]string, 0, len(l.peers))
+	for id := range l.peers {
+		names = append(names, id)
+	}
+	l.known.Store(&names)
+}
+
+// Peers are the other replicas the listener currently hears (by their
+// notifiers' names), as of the last notification it took in.
+func (l *Listener) Peers() []string {
+	if p := l.known.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// Heard is when the listener last took in a notification (any replica's,
+// its own heartbeats included); zero before the first.
+func (l *Listener) Heard() time.Time {
+	n := l.heard.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
 }
 
 // Resyncs is how many resyncs the listener started.

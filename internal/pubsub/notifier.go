@@ -255,8 +255,11 @@ func (n *Notifier) Signal(channel string) {
 }
 
 // Send queues a notification of payload on channel (coalesced with the
-// same one already waiting), for listeners of other replicas; alone, n
-// sends nothing. Like changes, it goes out after what was queued before
+// same one already waiting), for every replica's listeners, this one's
+// included. Unlike changes and signals it goes out even when no other
+// replica is known: its senders (internal/revocation) wait for their own
+// listener's echo, which proves every replica that announced itself
+// earlier is known. Like changes, it goes out after what was queued before
 // it, from the notifier's connection. payload must hold no NUL (PostgreSQL
 // text cannot).
 func (n *Notifier) Send(channel, payload string) {
@@ -264,10 +267,6 @@ func (n *Notifier) Send(channel, payload string) {
 		return
 	}
 	n.mu.Lock()
-	if !n.peers {
-		n.mu.Unlock()
-		return
-	}
 	n.signals[channel+"\x00"+payload] = true
 	n.mu.Unlock()
 	n.poke()

@@ -18,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/paging"
+	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -42,6 +43,8 @@ type Service struct {
 	now func() time.Time
 	// closed is told of each session Close ended (OnClose).
 	closed func(sessionID string)
+	// live remembers sessions found live, for resource tokens (Verifier).
+	live *revocation.Cache[string, struct{}]
 }
 
 // NewService returns a session service; sessions live for ttl. It installs
@@ -51,7 +54,15 @@ func NewService(db *storage.DB, ttl time.Duration, now func() time.Time) *Servic
 		now = time.Now
 	}
 	db.VoucherSession.Intercept(readModel(now))
-	return &Service{db: db, ttl: ttl, now: now}
+	return &Service{db: db, ttl: ttl, now: now, live: revocation.NewCache[string, struct{}](0, nil)}
+}
+
+// Revocations makes the sessions' cache of live sessions answer only while
+// this replica hears ends, and forget a session closed on any replica (see
+// internal/revocation). Without it (one process) the cache always answers
+// and Close forgets locally. Call it before serving.
+func (s *Service) Revocations(e *revocation.Ends) {
+	s.live = revocation.NewCacheFor[string, struct{}](e, 0)
 }
 
 // readModel shows a session past its expiry as EXPIRED on every read, on
@@ -130,8 +141,10 @@ func (s *Service) Get(ctx context.Context, id string) (*ent.VoucherSession, erro
 }
 
 // OnClose sets f to be told, after commit, of every session Close ends
-// (not of one already closed): the app closes the websockets of the
-// session's resource tokens with it. Call it before serving.
+// (not of one already closed): the app ends the session's principal with
+// it on every replica (revocation.Ends.End: the resource tokens' websockets
+// close, other replicas forget the session) before Close returns. Call it
+// before serving.
 func (s *Service) OnClose(f func(sessionID string)) { s.closed = f }
 
 // Close ends one of the caller's sessions; its code stops working at once.
@@ -149,8 +162,11 @@ func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, er
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	if n > 0 && s.closed != nil {
-		s.closed(id)
+	if n > 0 {
+		s.live.End(id)
+		if s.closed != nil {
+			s.closed(id)
+		}
 	}
 	return s.Get(ctx, id)
 }
@@ -245,10 +261,12 @@ func NewCode() (string, error) {
 
 // Verifier wraps v so that a resource token ends with its session: a
 // payee's token for a session that was closed (or has expired) no longer
-// proves anyone, so its requests are 401 (DECISIONS.md, "Hardening"). The
-// session's state is read from the database on each use, so a close on
-// one replica ends the token on every replica at once. Other tokens pass
-// through untouched.
+// proves anyone, so its requests are 401 (docs/hardening.md). A session
+// found live is remembered with its expiry (internal/revocation), so a
+// payee's request costs no statement; a close forgets it here at once and
+// on every other replica before the close is answered, and a replica that
+// cannot be sure it hears closes reads the database instead. Other tokens
+// pass through untouched.
 func (s *Service) Verifier(v auth.Verifier) auth.Verifier {
 	return sessionVerifier{next: v, s: s}
 }
@@ -265,28 +283,44 @@ func (sv sessionVerifier) Verify(ctx context.Context, token string) (*auth.Princ
 	if err != nil {
 		return nil, err
 	}
-	if err := sv.Recheck(ctx, p); err != nil {
+	if p.Kind != auth.KindResource {
+		return p, nil
+	}
+	if _, ok := sv.s.live.Get(p.ID, sv.s.now()); ok {
+		return p, nil
+	}
+	t := sv.s.live.Begin()
+	expires, err := sv.s.liveUntil(ctx, p.ID)
+	if err != nil {
 		return nil, err
 	}
+	sv.s.live.Put(t, p.ID, p.ID, struct{}{}, expires)
 	return p, nil
 }
 
 // Recheck says whether p, proved earlier, still holds: for a resource
-// token, whether its session is still live (the websocket door checks
-// again after registering a socket, so that a close committed meanwhile
-// is not missed).
+// token, whether its session is still live. It reads the database, not
+// the cache: the websocket door checks again after registering a socket,
+// so that a close committed meanwhile is not missed.
 func (sv sessionVerifier) Recheck(ctx context.Context, p *auth.Principal) error {
 	if p == nil || p.Kind != auth.KindResource {
 		return nil
 	}
-	live, err := sv.s.db.VoucherSession.Query().
-		Where(vouchersession.ID(p.ID), vouchersession.StatusEQ(vouchersession.StatusACTIVE), vouchersession.ExpiresAtGT(sv.s.now())).
-		Exist(ctx)
+	_, err := sv.s.liveUntil(ctx, p.ID)
+	return err
+}
+
+// liveUntil returns the expiry of session id if it is live now, and
+// errSessionEnded if it is not.
+func (s *Service) liveUntil(ctx context.Context, id string) (time.Time, error) {
+	row, err := s.db.VoucherSession.Query().
+		Where(vouchersession.ID(id), vouchersession.StatusEQ(vouchersession.StatusACTIVE), vouchersession.ExpiresAtGT(s.now())).
+		Select(vouchersession.FieldExpiresAt).Only(ctx)
+	if ent.IsNotFound(err) {
+		return time.Time{}, errSessionEnded
+	}
 	if err != nil {
-		return apperr.InternalError(err)
+		return time.Time{}, apperr.InternalError(err)
 	}
-	if !live {
-		return errSessionEnded
-	}
-	return nil
+	return row.ExpiresAt, nil
 }

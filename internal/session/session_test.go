@@ -163,3 +163,82 @@ func TestCodeAlphabet(t *testing.T) {
 		}
 	}
 }
+
+// fixedVerifier proves one principal for every token.
+type fixedVerifier struct{ p *auth.Principal }
+
+func (f fixedVerifier) Verify(context.Context, string) (*auth.Principal, error) { return f.p, nil }
+
+// A resource token's session, once found live, is answered from memory
+// (a change the service did not make, written straight to the table, is
+// not seen: no statement ran), until the session is closed through the
+// service (at once), or its expiry passes; Recheck always reads the
+// database.
+func TestResourceTokensSessionIsRememberedUntilClosedOrExpired(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *storage.DB) {
+		now := time.Now().UTC()
+		var mu sync.Mutex
+		clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+		svc := session.NewService(db, 10*time.Minute, clock)
+		payer := as(auth.KindDevice, "dev_01aaaaaaaaaaaaaaaaaaaaaaaa")
+		ctx := context.Background()
+		open := func() (string, auth.Verifier, interface {
+			Recheck(context.Context, *auth.Principal) error
+		}) {
+			s, err := svc.Create(payer)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v := svc.Verifier(fixedVerifier{&auth.Principal{Kind: auth.KindResource, ID: s.ID}})
+			return s.ID, v, v.(interface {
+				Recheck(context.Context, *auth.Principal) error
+			})
+		}
+
+		id, v, rc := open()
+		if _, err := v.Verify(ctx, "t"); err != nil {
+			t.Fatalf("live session: %v", err)
+		}
+		// Behind the service's back: the remembered answer stands, so the
+		// verifier ran no statement; Recheck reads the table.
+		if err := db.VoucherSession.UpdateOneID(id).SetStatus(vouchersession.StatusCLOSED).Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(ctx, "t"); err != nil {
+			t.Fatalf("remembered session: %v", err)
+		}
+		if err := rc.Recheck(ctx, &auth.Principal{Kind: auth.KindResource, ID: id}); apperr.CodeOf(err) != apperr.Unauthorized {
+			t.Fatalf("Recheck of a closed session: %v", err)
+		}
+
+		// Closed through the service: refused at the next request.
+		id, v, _ = open()
+		if _, err := v.Verify(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := svc.Close(payer, id); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := v.Verify(ctx, "t"); apperr.CodeOf(err) != apperr.Unauthorized {
+			t.Fatalf("after close: %v", err)
+		}
+
+		// Expired: refused once the clock passes its expiry, remembered or not.
+		_, v, _ = open()
+		if _, err := v.Verify(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		now = now.Add(10 * time.Minute)
+		mu.Unlock()
+		if _, err := v.Verify(ctx, "t"); apperr.CodeOf(err) != apperr.Unauthorized {
+			t.Fatalf("after expiry: %v", err)
+		}
+
+		// Other tokens pass through without a look at sessions.
+		u := svc.Verifier(fixedVerifier{&auth.Principal{Kind: auth.KindUser, ID: "usr_01bbbbbbbbbbbbbbbbbbbbbbbb"}})
+		if _, err := u.Verify(ctx, "t"); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
