@@ -31,8 +31,8 @@ const (
 	OpInteropInit Op = "interop-init"
 )
 
-// operation is op's entry in the operations table, whose guard the door's
-// Reject applies.
+// operation is op's entry in the operations table, whose guard the service
+// applies (operation.Caller).
 func (op Op) operation() *operation.Op {
 	switch op {
 	case OpRedeem:
@@ -409,7 +409,7 @@ func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher
 // not_found when the caller may not act on the voucher (visibility comes
 // before the body), and bodyErr otherwise.
 func (s *Service) Reject(ctx context.Context, op Op, id string, bodyErr error) error {
-	p, err := op.operation().Guard.Check(ctx)
+	p, err := operation.Caller(ctx, op.operation())
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (s *Service) Reject(ctx context.Context, op Op, id string, bodyErr error) e
 // Redeem sets the payment terms of a RESERVED voucher (payee only), making
 // it SIMPLE or CUSTOM.
 func (s *Service) Redeem(ctx context.Context, id string, in RedeemInput) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpRedeem.operation())
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +493,7 @@ func (r *redemption) extrasValue() any {
 // on the same network (payer only). expectedPayment stays as it is; the
 // computed suppliedPayment and exchangeRate replace any earlier ones.
 func (s *Service) Negotiate(ctx context.Context, id string, in NegotiateInput) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpNegotiate.operation())
 	if err != nil {
 		return nil, err
 	}
@@ -546,7 +546,7 @@ func (s *Service) Negotiate(ctx context.Context, id string, in NegotiateInput) (
 // Resolve completes a REDEEMED voucher with the payer's receipts (payer
 // only, registered users).
 func (s *Service) Resolve(ctx context.Context, id string, in ResolveInput) (*ent.Voucher, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.ResolveVoucher)
 	if err != nil {
 		return nil, err
 	}
@@ -677,7 +677,7 @@ func (s *Service) receipts(v *ent.Voucher, in ResolveInput) ([]payment.Receipt, 
 
 // Discard ends a RESERVED or REDEEMED voucher (payee or payer).
 func (s *Service) Discard(ctx context.Context, id string) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpDiscard.operation())
 	if err != nil {
 		return nil, err
 	}
