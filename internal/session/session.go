@@ -246,7 +246,7 @@ func NewCode() (string, error) {
 
 // Verifier wraps v so that a resource token ends with its session: a
 // payee's token for a session that was closed (or has expired) no longer
-// proves anyone, so its requests are 401 (DECISIONS.md, "Hardening"). The
+// proves anyone, so its requests are 401 (docs/hardening.md). The
 // session's state is read from the database on each use, so a close on
 // one replica ends the token on every replica at once. Other tokens pass
 // through untouched.

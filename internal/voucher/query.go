@@ -132,7 +132,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	}
 	target := path
 	if in.Vid != nil && *in.Vid != voucherID {
-		// The caller must be the payer of vid too (DECISIONS.md,
+		// The caller must be the payer of vid too (docs/hardening.md,
 		// "Hardening"): seeing a voucher is not acting on it.
 		if target, err = s.load(ctx, s.db.Prepared, *in.Vid, false); err != nil {
 			return nil, err

@@ -52,7 +52,7 @@ func (op Op) operation() *operation.Op {
 
 var strictest = &operation.Op{Name: "unknown voucher operation", Guard: auth.GuardUser}
 
-// rolesFor is who may perform op (DECISIONS.md, "Who may do what"); anyone
+// rolesFor is who may perform op (docs/vouchers.md, "Who may do what"); anyone
 // else is told the voucher does not exist.
 func rolesFor(op Op) role {
 	switch op {
@@ -322,7 +322,7 @@ func (s *Service) load(ctx context.Context, q querier, id string, lock bool) (*e
 	return v, nil
 }
 
-// decide says whether t may change cur for p, in DECISIONS.md's order:
+// decide says whether t may change cur for p, in the order docs/vouchers.md gives ("Order of errors"):
 // visibility, then state (expired/discarded, then the spec's state codes),
 // then the body against the voucher. The body's own shape was checked
 // before (and a body that failed it never reaches here).
@@ -392,7 +392,7 @@ func (s *Service) reject(ctx context.Context, p *auth.Principal, op Op, id strin
 
 // businessActiveFor refuses redeem and negotiate of an INACTIVE business's
 // voucher (business_inactive); resolve and discard stay allowed, since the
-// payer may have paid (DECISIONS.md, "Hardening").
+// payer may have paid (docs/hardening.md).
 func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher) error {
 	if v.BusinessID == nil || (op != OpRedeem && op != OpNegotiate) {
 		return nil

@@ -214,7 +214,7 @@ func rolesOf(p *auth.Principal, v *ent.Voucher) role {
 var errNotFound = apperr.New(apperr.NotFound, "voucher not found")
 
 // rolesIn is rolesOf bound by the caller's membership in the voucher's
-// business (DECISIONS.md, "Hardening"): a user whose membership in it is
+// business (docs/hardening.md): a user whose membership in it is
 // not ACTIVE holds no role on its vouchers, not even the payee role on
 // those it reserved, and the payee role on a business voucher needs an
 // ACTIVE membership. c is the client (or transaction's client) to ask.

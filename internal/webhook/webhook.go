@@ -50,7 +50,7 @@ var EventTypes = []string{
 	DepositFailed, DepositUnderpaid, DepositOverpaid,
 }
 
-// Bounds of endpoint fields (DECISIONS.md).
+// Bounds of endpoint fields (docs/webhooks.md).
 const (
 	MaxEndpointsPerBusiness = 16
 	MaxDescriptionLength    = 512

@@ -1,5 +1,5 @@
 // Package widget lets a business take payments from its own customers
-// (DECISIONS.md, "Widgets and the hosted checkout"). A widget names the
+// (docs/widgets.md). A widget names the
 // tokens it accepts and a payout wallet for each network; the business's
 // server holds its client secret and creates checkouts, business vouchers
 // made REDEEMED as SIMPLE by the voucher service; the customer pays on the
@@ -38,7 +38,7 @@ import (
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
-// Bounds (DECISIONS.md).
+// Bounds (docs/widgets.md).
 const (
 	MaxNameLength         = 128
 	MaxAccepts            = 20
