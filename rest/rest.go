@@ -99,9 +99,10 @@ func (s *server) routes() {
 }
 
 // route serves op's REST pattern (and its aliases) with h. Before h reads
-// anything, the request spends a unit of op's budget and passes op's guard,
-// so a caller without the right token gets 401/403 whatever it sent (the
-// services apply the same guard again; this only fixes the order of errors).
+// anything, the request spends a unit of op's budget and is admitted to op
+// (operation.Admit: the door's one check of the table's guard), so a caller
+// without the right token gets 401/403 whatever it sent; the service h
+// calls finds the admission in the context and does not judge again.
 func (s *server) route(op *operation.Op, h handlerFunc) {
 	if op.REST == "" {
 		panic("rest: operation " + op.Name + " has no REST route")
@@ -120,11 +121,12 @@ func (s *server) route(op *operation.Op, h handlerFunc) {
 				return
 			}
 		}
-		p, err := op.Guard.Check(r.Context())
+		ctx, p, err := operation.Admit(r.Context(), op)
 		if err != nil {
 			httpx.WriteError(w, r, s.log, err)
 			return
 		}
+		r = r.WithContext(ctx)
 		// Path ids and query values keep the text rules (no NUL, valid
 		// UTF-8) before any handler reads them; bodies are checked by
 		// the decoder.

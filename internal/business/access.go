@@ -10,7 +10,7 @@ import (
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 )
 
 // MayFollow reports whether the caller in ctx may follow businessID's
@@ -20,12 +20,33 @@ import (
 // subscription asks again while it lives, so a membership made INACTIVE
 // stops it.
 func MayFollow(ctx context.Context, c *ent.Client, businessID string) error {
-	p, err := auth.RequireUser(ctx)
-	if err != nil {
-		return err
-	}
-	_, _, err = Membership(ctx, c, businessID, p.ID)
+	_, _, err := Member(ctx, c, operation.GetBusiness, businessID)
 	return err
+}
+
+// Member admits the caller in ctx to op (a business-scoped operation: its
+// guard asks for a user token) and returns the business and the caller's
+// membership when the caller is an ACTIVE member of it; not_found
+// otherwise. Every service acting for a business starts with it (or
+// Manager).
+func Member(ctx context.Context, c *ent.Client, op *operation.Op, businessID string) (*ent.Business, *ent.BusinessUser, error) {
+	p, err := operation.Caller(ctx, op)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Membership(ctx, c, businessID, p.ID)
+}
+
+// Manager is Member plus the OWNER or ADMIN role (forbidden without it).
+func Manager(ctx context.Context, c *ent.Client, op *operation.Op, businessID string) (*ent.Business, error) {
+	b, m, err := Member(ctx, c, op, businessID)
+	if err != nil {
+		return nil, err
+	}
+	if err := RequireManager(m); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Membership returns the business and the caller's membership in it when

@@ -54,8 +54,7 @@ type Network struct {
 	// or a Solana cluster name ("mainnet-beta").
 	ChainID string `json:"chainId"`
 
-	// The chain side (DECISIONS "Settlement: receipts are checked on
-	// chain"); never shown to clients: an RPC URL often holds an API key.
+	// The chain side (docs/settlement.md, "Settings"); never shown to clients: an RPC URL often holds an API key.
 
 	// RPCURL is the network's JSON-RPC endpoint (Ethereum JSON-RPC for evm,
 	// Solana JSON-RPC for solana). A network with one is verified: receipts

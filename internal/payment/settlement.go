@@ -20,7 +20,7 @@ const (
 )
 
 // Settlement is what the chain showed about a resolved voucher's payment
-// (DECISIONS.md, "Settlement: receipts are checked on chain"). It is stored
+// (docs/settlement.md). It is stored
 // in the voucher row, so a settlement change is one conditional UPDATE of
 // that row, and it travels with the voucher to both doors and to
 // subscribers. internal/settlement owns every rule that moves it.

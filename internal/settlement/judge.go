@@ -153,7 +153,7 @@ func paidBy(d due, typ string, tx Tx) *big.Int {
 	}
 	if asset == Native && typ == chain.TypeEVM && !chain.SameAddress(typ, tx.To, d.payee) {
 		// Native value pays only as the transaction's own value to the
-		// payee (DECISIONS.md), whatever an adapter reports besides.
+		// payee (docs/settlement.md, "What pays"), whatever an adapter reports besides.
 		return new(big.Int)
 	}
 	return sum

@@ -199,7 +199,7 @@ type due struct {
 	sender   string
 }
 
-// dueOf reads what v's payer owes. DECISIONS.md: the due payment is
+// dueOf reads what v's payer owes. docs/settlement.md: the due payment is
 // suppliedPayment when negotiated, else expectedPayment; the payee's wallet
 // is always expectedPayment.wallet.address. A CUSTOM voucher settles on its
 // first network with its first payment instruction.

@@ -86,7 +86,7 @@ func OfVoucher(v *ent.Voucher) *Voucher {
 }
 
 // Settlement is the REST view of a voucher's settlement: the fields
-// DECISIONS.md names, without the watcher's bookkeeping.
+// docs/settlement.md names, without the watcher's bookkeeping.
 type Settlement struct {
 	Status                string                  `json:"status"`
 	Verified              bool                    `json:"verified"`

@@ -221,7 +221,7 @@ func checkReference(v *apperr.Validator, ref string) {
 	}
 }
 
-// Page statuses: the hosted page's root data-status (DECISIONS.md).
+// Page statuses: the hosted page's root data-status (docs/widgets.md).
 const (
 	StatusAwaitingPayment = "awaiting_payment"
 	StatusPending         = "pending"
@@ -329,7 +329,7 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 // PageStatus is a checkout's page status: awaiting_payment while it can be
 // paid, expired or failed when it ended unpaid, and once the customer
 // submitted a payment what its settlement says (pending until the chain
-// has confirmed it; DECISIONS.md, "Settlement").
+// has confirmed it; docs/settlement.md).
 func PageStatus(v *ent.Voucher) string {
 	switch v.Status {
 	case entvoucher.StatusREDEEMED, entvoucher.StatusRESERVED:
