@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
@@ -17,6 +19,7 @@ import (
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -194,14 +197,29 @@ func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, i
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	vch, err := s.vouchers.CreateCheckout(ctx, voucher.CheckoutInput{
+	in2 := voucher.CheckoutInput{
 		BusinessID: b.ID, WidgetID: w.ID, SessionID: w.SessionID,
 		Payment: voucher.PaymentInput{
 			Network: tok.Network, Currency: tok.Currency, CurrencyAddress: tok.CurrencyAddress,
 			Amount: in.Amount, Wallet: &voucher.WalletInput{Address: wallet},
 		},
 		Reference: in.Reference, TokenHash: hash,
-	})
+	}
+	if n, _ := s.reg.Network(tok.Network); n.DepositFactory != "" {
+		// A checkout of its own: the deposit address forwards only to the
+		// widget's wallet (DepositFactory.flush).
+		factory, payout := common.HexToAddress(n.DepositFactory), common.HexToAddress(wallet)
+		in2.WatchNetwork = n.Name
+		in2.DepositFor = func(voucherID string) *payment.Deposit {
+			return &payment.Deposit{
+				Address:       deposit.ForVoucher(factory, payout, voucherID).Hex(),
+				PayoutAddress: payout.Hex(),
+				Factory:       factory.Hex(),
+				Sweep:         payment.Sweep{Status: payment.SweepNone},
+			}
+		}
+	}
+	vch, err := s.vouchers.CreateCheckout(ctx, in2)
 	if err != nil {
 		return nil, err
 	}
@@ -249,6 +267,9 @@ type PublicState struct {
 	// lamports); PaymentURI the wallet link for it (PaymentURI).
 	AmountAtomic string
 	PaymentURI   string
+	// Remaining is what is left to pay (decimal) while the settlement is
+	// PENDING with a paid amount below the due one; empty otherwise.
+	Remaining string
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
@@ -322,6 +343,13 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 		out.Network = n
 	}
 	out.AmountAtomic = atomicAmount(p.Amount, out.Token.Decimals)
+	if st := v.Settlement; st != nil && st.Status == payment.SettlementPending && st.PaidAmount != "" {
+		paid, perr := money.ParseAnyScale(st.PaidAmount)
+		due, derr := money.ParseAnyScale(p.Amount)
+		if perr == nil && derr == nil && paid.IsPositive() && paid.LessThan(due) {
+			out.Remaining = money.Format(due.Sub(paid))
+		}
+	}
 	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals)
 	return out
 }
@@ -335,6 +363,11 @@ func PageStatus(v *ent.Voucher) string {
 	case entvoucher.StatusREDEEMED, entvoucher.StatusRESERVED:
 		return StatusAwaitingPayment
 	case entvoucher.StatusDISCARDED:
+		if v.Settlement != nil && v.Settlement.Verified {
+			// A payment the watcher found after the checkout ended (a
+			// late payment): the page shows what the chain says of it.
+			break
+		}
 		if v.DiscardReason != nil && *v.DiscardReason == voucher.ReasonExpired {
 			return StatusExpired
 		}
