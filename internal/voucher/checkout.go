@@ -188,6 +188,13 @@ func (s *Service) SubmitCheckoutPayment(ctx context.Context, tokenHash, txHash s
 	if v.ExpectedPayment == nil {
 		return nil, apperr.InternalError(fmt.Errorf("voucher: checkout %s has no expected payment", v.ID))
 	}
+	if v.Deposit != nil && v.Status == entvoucher.StatusRESOLVED {
+		// Paid to its deposit address and already resolved (the watcher
+		// found the payment, or the customer submitted it before): the
+		// watcher finds every payment to the address, so the hash adds
+		// nothing, and the same transaction is never counted twice.
+		return v, nil
+	}
 	p := &auth.Principal{Kind: kindCheckout, ID: v.PayerID}
 	return s.resolve(ctx, p, v.ID, ResolveInput{Receipts: []ReceiptInput{{PaymentID: v.ExpectedPayment.ID, TransactionHash: &txHash}}})
 }

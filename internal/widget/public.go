@@ -206,24 +206,28 @@ func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, i
 		Reference: in.Reference, TokenHash: hash,
 	}
 	if n, _ := s.reg.Network(tok.Network); n.DepositFactory != "" {
-		// A checkout of its own: the deposit address forwards only to the
-		// widget's wallet (DepositFactory.flush).
-		factory, payout := common.HexToAddress(n.DepositFactory), common.HexToAddress(wallet)
-		in2.WatchNetwork = n.Name
-		in2.DepositFor = func(voucherID string) *payment.Deposit {
-			return &payment.Deposit{
-				Address:       deposit.ForVoucher(factory, payout, voucherID).Hex(),
-				PayoutAddress: payout.Hex(),
-				Factory:       factory.Hex(),
-				Sweep:         payment.Sweep{Status: payment.SweepNone},
-			}
-		}
+		in2.WatchNetwork, in2.DepositFor = n.Name, DepositFor(n.DepositFactory, wallet)
 	}
 	vch, err := s.vouchers.CreateCheckout(ctx, in2)
 	if err != nil {
 		return nil, err
 	}
 	return &NewCheckout{Voucher: vch, URL: s.publicURL + CheckoutPath(token)}, nil
+}
+
+// DepositFor gives each checkout paying out to payout its own deposit
+// address under factory: a forwarder that can only send to payout
+// (DepositFactory.flush).
+func DepositFor(factory, payout string) func(voucherID string) *payment.Deposit {
+	f, p := common.HexToAddress(factory), common.HexToAddress(payout)
+	return func(voucherID string) *payment.Deposit {
+		return &payment.Deposit{
+			Address:       deposit.ForVoucher(f, p, voucherID).Hex(),
+			PayoutAddress: p.Hex(),
+			Factory:       f.Hex(),
+			Sweep:         payment.Sweep{Status: payment.SweepNone},
+		}
+	}
 }
 
 func checkReference(v *apperr.Validator, ref string) {
