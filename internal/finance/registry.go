@@ -67,6 +67,11 @@ type Network struct {
 	// PollInterval is how often the network is polled; NewRegistry makes 0
 	// DefaultPollInterval.
 	PollInterval time.Duration `json:"-"`
+	// DepositFactory is the deposit factory's address (EIP-55) on an evm
+	// network that names one: each checkout on it is paid to its own
+	// deposit address (internal/settlement/evm/deposit). Empty: checkouts
+	// are paid to the widget's wallet.
+	DepositFactory string `json:"-"`
 }
 
 // Defaults for a network's chain-side settings.
