@@ -8,6 +8,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
@@ -234,9 +235,14 @@ func TestActiveMembershipIsRememberedUntilEnded(t *testing.T) {
 		if _, err := svc.Get(as(member), v.ID); err != nil {
 			t.Fatalf("remembered membership: %v", err)
 		}
+		follow := voucher.Watch{Kind: pubsub.ByBusiness, Key: shop.ID}
+		if err := svc.MayFollow(as(member), follow); err != nil {
+			t.Fatalf("following the business on a remembered membership: %v", err)
+		}
 		ends.End(member.ID)
 		_, err = svc.Get(as(member), v.ID)
 		wantCode(t, err, apperr.NotFound)
+		wantCode(t, svc.MayFollow(as(member), follow), apperr.NotFound)
 		_, err = svc.Get(as(member), v.ID) // an INACTIVE answer is not remembered either way
 		wantCode(t, err, apperr.NotFound)
 		setStatus(businessuser.StatusACTIVE)
