@@ -17,6 +17,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/testsupport/testdb"
@@ -235,7 +236,7 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			id, pmt := w.deposit(t, "12.5")
 			w.waitTypes(t, id, webhook.DepositCreated)
 			w.resolve(t, id, pmt, "12.5")
-			got := w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositConfirmed)
+			got := w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventConfirmed)
 			r := w.srv.Do(t, "GET", "/api/v1/vouchers/"+id, w.owner.Token, nil)
 			var view map[string]any
 			r.JSON(t, &view)
@@ -266,12 +267,12 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			// Underpaid and overpaid.
 			id, pmt = w.deposit(t, "10")
 			w.resolve(t, id, pmt, "9.99")
-			w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositUnderpaid)
+			w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventUnderpaid)
 			id, pmt = w.deposit(t, "10")
 			w.resolve(t, id, pmt, "10.000001")
-			over := w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositOverpaid)
+			over := w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventOverpaid)
 			for _, d := range over {
-				if d.event.Type == webhook.DepositOverpaid && d.event.Data.PaidAmount != "10.000001" {
+				if d.event.Type == settlement.EventOverpaid && d.event.Data.PaidAmount != "10.000001" {
 					t.Fatalf("overpaid paidAmount %q", d.event.Data.PaidAmount)
 				}
 			}
@@ -282,7 +283,7 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			if r.Status != 200 {
 				t.Fatalf("discard-voucher: %d %s", r.Status, r.Body)
 			}
-			w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositFailed)
+			w.waitTypes(t, id, webhook.DepositCreated, settlement.EventFailed)
 
 			// Expired unpaid: the sweeper records it and the event follows.
 			id, _ = w.deposit(t, "5")
