@@ -14,6 +14,7 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -190,7 +191,10 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 			n.PollInterval = DefaultPollInterval
 		}
 		w := &watched{Network: n, typ: fn.Type, wake: make(chan struct{}, 1)}
-		if d, ok := n.Chain.(Detector); ok {
+		// Detection is for networks whose checkouts have something to
+		// watch: deposit addresses (a depositFactory) or Solana Pay
+		// references; any other network's polls never read watches.
+		if d, ok := n.Chain.(Detector); ok && (fn.DepositFactory != "" || fn.Type == chain.TypeSolana) {
 			w.detector = d
 		}
 		s.networks[n.Name] = w
