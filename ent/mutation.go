@@ -7011,6 +7011,7 @@ type VoucherMutation struct {
 	settlement_network  *string
 	deposit             **payment.Deposit
 	watch_network       *string
+	sweep_network       *string
 	clearedFields       map[string]struct{}
 	session             *string
 	clearedsession      bool
@@ -8480,6 +8481,55 @@ func (m *VoucherMutation) ResetWatchNetwork() {
 	delete(m.clearedFields, voucher.FieldWatchNetwork)
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (m *VoucherMutation) SetSweepNetwork(s string) {
+	m.sweep_network = &s
+}
+
+// SweepNetwork returns the value of the "sweep_network" field in the mutation.
+func (m *VoucherMutation) SweepNetwork() (r string, exists bool) {
+	v := m.sweep_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSweepNetwork returns the old "sweep_network" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldSweepNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSweepNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSweepNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSweepNetwork: %w", err)
+	}
+	return oldValue.SweepNetwork, nil
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (m *VoucherMutation) ClearSweepNetwork() {
+	m.sweep_network = nil
+	m.clearedFields[voucher.FieldSweepNetwork] = struct{}{}
+}
+
+// SweepNetworkCleared returns if the "sweep_network" field was cleared in this mutation.
+func (m *VoucherMutation) SweepNetworkCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldSweepNetwork]
+	return ok
+}
+
+// ResetSweepNetwork resets all changes to the "sweep_network" field.
+func (m *VoucherMutation) ResetSweepNetwork() {
+	m.sweep_network = nil
+	delete(m.clearedFields, voucher.FieldSweepNetwork)
+}
+
 // ClearSession clears the "session" edge to the VoucherSession entity.
 func (m *VoucherMutation) ClearSession() {
 	m.clearedsession = true
@@ -8568,7 +8618,7 @@ func (m *VoucherMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VoucherMutation) Fields() []string {
-	fields := make([]string, 0, 28)
+	fields := make([]string, 0, 29)
 	if m.created_at != nil {
 		fields = append(fields, voucher.FieldCreatedAt)
 	}
@@ -8653,6 +8703,9 @@ func (m *VoucherMutation) Fields() []string {
 	if m.watch_network != nil {
 		fields = append(fields, voucher.FieldWatchNetwork)
 	}
+	if m.sweep_network != nil {
+		fields = append(fields, voucher.FieldSweepNetwork)
+	}
 	return fields
 }
 
@@ -8717,6 +8770,8 @@ func (m *VoucherMutation) Field(name string) (ent.Value, bool) {
 		return m.Deposit()
 	case voucher.FieldWatchNetwork:
 		return m.WatchNetwork()
+	case voucher.FieldSweepNetwork:
+		return m.SweepNetwork()
 	}
 	return nil, false
 }
@@ -8782,6 +8837,8 @@ func (m *VoucherMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldDeposit(ctx)
 	case voucher.FieldWatchNetwork:
 		return m.OldWatchNetwork(ctx)
+	case voucher.FieldSweepNetwork:
+		return m.OldSweepNetwork(ctx)
 	}
 	return nil, fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -8987,6 +9044,13 @@ func (m *VoucherMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetWatchNetwork(v)
 		return nil
+	case voucher.FieldSweepNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSweepNetwork(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -9089,6 +9153,9 @@ func (m *VoucherMutation) ClearedFields() []string {
 	if m.FieldCleared(voucher.FieldWatchNetwork) {
 		fields = append(fields, voucher.FieldWatchNetwork)
 	}
+	if m.FieldCleared(voucher.FieldSweepNetwork) {
+		fields = append(fields, voucher.FieldSweepNetwork)
+	}
 	return fields
 }
 
@@ -9159,6 +9226,9 @@ func (m *VoucherMutation) ClearField(name string) error {
 		return nil
 	case voucher.FieldWatchNetwork:
 		m.ClearWatchNetwork()
+		return nil
+	case voucher.FieldSweepNetwork:
+		m.ClearSweepNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher nullable field %s", name)
@@ -9251,6 +9321,9 @@ func (m *VoucherMutation) ResetField(name string) error {
 		return nil
 	case voucher.FieldWatchNetwork:
 		m.ResetWatchNetwork()
+		return nil
+	case voucher.FieldSweepNetwork:
+		m.ResetSweepNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)

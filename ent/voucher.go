@@ -77,6 +77,8 @@ type Voucher struct {
 	Deposit *payment.Deposit `json:"deposit,omitempty"`
 	// WatchNetwork holds the value of the "watch_network" field.
 	WatchNetwork *string `json:"watch_network,omitempty"`
+	// SweepNetwork holds the value of the "sweep_network" field.
+	SweepNetwork *string `json:"sweep_network,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the VoucherQuery when eager-loading is set.
 	Edges        VoucherEdges `json:"edges"`
@@ -125,7 +127,7 @@ func (*Voucher) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case voucher.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork, voucher.FieldWatchNetwork:
+		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork, voucher.FieldWatchNetwork, voucher.FieldSweepNetwork:
 			values[i] = new(sql.NullString)
 		case voucher.FieldCreatedAt, voucher.FieldUpdatedAt, voucher.FieldExpiresAt:
 			values[i] = new(sql.NullTime)
@@ -346,6 +348,13 @@ func (_m *Voucher) assignValues(columns []string, values []any) error {
 				_m.WatchNetwork = new(string)
 				*_m.WatchNetwork = value.String
 			}
+		case voucher.FieldSweepNetwork:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field sweep_network", values[i])
+			} else if value.Valid {
+				_m.SweepNetwork = new(string)
+				*_m.SweepNetwork = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -490,6 +499,11 @@ func (_m *Voucher) String() string {
 	builder.WriteString(", ")
 	if v := _m.WatchNetwork; v != nil {
 		builder.WriteString("watch_network=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.SweepNetwork; v != nil {
+		builder.WriteString("sweep_network=")
 		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')

@@ -307,6 +307,20 @@ func (_c *VoucherCreate) SetNillableWatchNetwork(v *string) *VoucherCreate {
 	return _c
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (_c *VoucherCreate) SetSweepNetwork(v string) *VoucherCreate {
+	_c.mutation.SetSweepNetwork(v)
+	return _c
+}
+
+// SetNillableSweepNetwork sets the "sweep_network" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableSweepNetwork(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetSweepNetwork(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *VoucherCreate) SetID(v string) *VoucherCreate {
 	_c.mutation.SetID(v)
@@ -589,6 +603,10 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.WatchNetwork(); ok {
 		_spec.SetField(voucher.FieldWatchNetwork, field.TypeString, value)
 		_node.WatchNetwork = &value
+	}
+	if value, ok := _c.mutation.SweepNetwork(); ok {
+		_spec.SetField(voucher.FieldSweepNetwork, field.TypeString, value)
+		_node.SweepNetwork = &value
 	}
 	if nodes := _c.mutation.SessionIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -979,6 +997,24 @@ func (u *VoucherUpsert) UpdateDeposit() *VoucherUpsert {
 // ClearDeposit clears the value of the "deposit" field.
 func (u *VoucherUpsert) ClearDeposit() *VoucherUpsert {
 	u.SetNull(voucher.FieldDeposit)
+	return u
+}
+
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsert) SetSweepNetwork(v string) *VoucherUpsert {
+	u.Set(voucher.FieldSweepNetwork, v)
+	return u
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsert) UpdateSweepNetwork() *VoucherUpsert {
+	u.SetExcluded(voucher.FieldSweepNetwork)
+	return u
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsert) ClearSweepNetwork() *VoucherUpsert {
+	u.SetNull(voucher.FieldSweepNetwork)
 	return u
 }
 
@@ -1414,6 +1450,27 @@ func (u *VoucherUpsertOne) UpdateDeposit() *VoucherUpsertOne {
 func (u *VoucherUpsertOne) ClearDeposit() *VoucherUpsertOne {
 	return u.Update(func(s *VoucherUpsert) {
 		s.ClearDeposit()
+	})
+}
+
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsertOne) SetSweepNetwork(v string) *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSweepNetwork(v)
+	})
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsertOne) UpdateSweepNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSweepNetwork()
+	})
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsertOne) ClearSweepNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSweepNetwork()
 	})
 }
 
@@ -2016,6 +2073,27 @@ func (u *VoucherUpsertBulk) UpdateDeposit() *VoucherUpsertBulk {
 func (u *VoucherUpsertBulk) ClearDeposit() *VoucherUpsertBulk {
 	return u.Update(func(s *VoucherUpsert) {
 		s.ClearDeposit()
+	})
+}
+
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsertBulk) SetSweepNetwork(v string) *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSweepNetwork(v)
+	})
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsertBulk) UpdateSweepNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSweepNetwork()
+	})
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsertBulk) ClearSweepNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSweepNetwork()
 	})
 }
 

@@ -435,7 +435,7 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	a.Finance = fin
 	a.Settlement, err = settlement.NewService(a.DB, fin.Registry(), settlement.Options{
 		Networks: a.chains, Window: cfg.SettlementWindow, Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
-		Polled: a.metrics.settlement.Polled,
+		Polled: a.metrics.settlement.Polled, SweepFailed: a.metrics.settlement.SweepFailed,
 	})
 	if err != nil {
 		return err

@@ -73,6 +73,8 @@ const (
 	FieldDeposit = "deposit"
 	// FieldWatchNetwork holds the string denoting the watch_network field in the database.
 	FieldWatchNetwork = "watch_network"
+	// FieldSweepNetwork holds the string denoting the sweep_network field in the database.
+	FieldSweepNetwork = "sweep_network"
 	// EdgeSession holds the string denoting the session edge name in mutations.
 	EdgeSession = "session"
 	// EdgeBusiness holds the string denoting the business edge name in mutations.
@@ -126,6 +128,7 @@ var Columns = []string{
 	FieldSettlementNetwork,
 	FieldDeposit,
 	FieldWatchNetwork,
+	FieldSweepNetwork,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -311,6 +314,11 @@ func BySettlementNetwork(opts ...sql.OrderTermOption) OrderOption {
 // ByWatchNetwork orders the results by the watch_network field.
 func ByWatchNetwork(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldWatchNetwork, opts...).ToFunc()
+}
+
+// BySweepNetwork orders the results by the sweep_network field.
+func BySweepNetwork(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSweepNetwork, opts...).ToFunc()
 }
 
 // BySessionField orders the results by session field.

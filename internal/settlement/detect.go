@@ -302,6 +302,11 @@ func (s *Service) commitDetections(ctx context.Context, n *watched, cs []change,
 				name := n.Name
 				nv.SettlementNetwork = &name
 			}
+			if dep := s.sweepDue(n, c.v, c.next); dep != nil {
+				if err := s.markSweep(ctx, tx, n, &nv, dep); err != nil {
+					return err
+				}
+			}
 			for _, h := range c.detect.hashes {
 				claims = append(claims, tx.SettlementClaim.Create().SetNetwork(n.Name).SetTransactionHash(h).SetVoucherID(c.v.ID).SetCreatedAt(now))
 			}

@@ -62,6 +62,7 @@ func (s *Service) watch(ctx context.Context, n *watched) {
 		if s.polled != nil && ctx.Err() == nil {
 			s.polled(n.Name, err)
 		}
+		s.sweepAfterPoll(ctx, n)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -442,6 +443,11 @@ func (s *Service) commit(ctx context.Context, n *watched, cs []change, now time.
 			nv.Settlement, nv.Version, nv.UpdatedAt = c.next, c.v.Version+1, now
 			if c.next.Final() {
 				nv.SettlementNetwork = nil
+			}
+			if dep := s.sweepDue(n, c.v, c.next); dep != nil {
+				if err := s.markSweep(ctx, tx, n, &nv, dep); err != nil {
+					return err
+				}
 			}
 			if len(c.events) > 0 {
 				evVouchers, evTypes = append(evVouchers, &nv), append(evTypes, c.events)
