@@ -19,19 +19,22 @@ import (
 )
 
 // MaxFlushes is the most deposit addresses one sweep transaction flushes.
-// Its gas limit is GasBase + GasPerFlush for each, so 100 stay far below
-// any chain's block gas limit.
-const MaxFlushes = 100
+// Its gas limit is GasBase + GasPerFlush for each: 15,060,000 for 30, below
+// the per-transaction cap of 2^24 (16,777,216) that Ethereum enforces since
+// Osaka (EIP-7825).
+const MaxFlushes = 30
 
-// The gas limit of a flushMany transaction. flushMany catches each entry's
-// failure, so eth_estimateGas would find a limit at which every entry runs
-// out of gas and the batch still "succeeds": the limit is a fixed budget per
-// entry instead. One flush that deploys the forwarder and moves an ERC-20
-// costs about 120,000 gas (TestFlushGas measures it); the budget doubles
-// that for tokens with costlier transfers. Only the gas used is paid.
+// The gas limit of a flushMany transaction: a fixed budget per entry (not
+// eth_estimateGas, which depends on the state at the moment of the
+// estimate). One flush that creates the forwarder and moves an ERC-20 costs
+// about 380,000 gas (most of it the forwarder's creation: its 1.2 kB of
+// code at 200 gas a byte; later flushes of the same address about 40,000;
+// TestFlushGas measures it); the budget leaves room for tokens with
+// costlier transfers. Only the gas used is paid,
+// but the key's balance must cover the limit times the fee cap.
 const (
 	GasBase     = 60_000
-	GasPerFlush = 250_000
+	GasPerFlush = 500_000
 )
 
 // Errors a caller of Send/Flush tells apart; each means "nothing moved,
@@ -92,21 +95,101 @@ type Sweeper struct {
 }
 
 type sent struct {
-	hash     common.Hash
-	nonce    uint64
-	gasPrice *big.Int
-	at       time.Time
+	hash  common.Hash
+	nonce uint64
+	fee   fee
+	at    time.Time
 }
 
-// NewSweeper checks that the node serves factory's code and reads the chain
-// id the transactions are signed for.
-func NewSweeper(ctx context.Context, c *rpc.Client, factory common.Address, key *ecdsa.PrivateKey) (*Sweeper, error) {
+// fee is an EIP-1559 transaction's tip and fee cap.
+type fee struct{ tip, cap *big.Int }
+
+// fees tips what the node suggests (eth_maxPriorityFeePerGas) and caps the
+// fee at twice the latest base fee plus the tip, so the transaction stays
+// includable while the base fee doubles. (A legacy price above the node's
+// suggestion would feed back into it on a quiet chain, where the sweep's
+// own transactions are the recent tips.)
+func (s *Sweeper) fees(ctx context.Context) (fee, error) {
+	var tip hexutil.Big
+	var head struct {
+		BaseFee *hexutil.Big `json:"baseFeePerGas"`
+	}
+	elems := []rpc.BatchElem{
+		{Method: "eth_maxPriorityFeePerGas", Result: &tip},
+		{Method: "eth_getBlockByNumber", Args: []any{"latest", false}, Result: &head},
+	}
+	if err := s.rpc.BatchCallContext(ctx, elems); err != nil {
+		return fee{}, err
+	}
+	for _, e := range elems {
+		if e.Error != nil {
+			return fee{}, fmt.Errorf("%s: %w", e.Method, e.Error)
+		}
+	}
+	if head.BaseFee == nil {
+		return fee{}, errors.New("deposit: the chain's blocks have no base fee (EIP-1559 is required)")
+	}
+	t := new(big.Int).Set((*big.Int)(&tip))
+	c := new(big.Int).Mul((*big.Int)(head.BaseFee), big.NewInt(2))
+	return fee{tip: t, cap: c.Add(c, t)}, nil
+}
+
+// bumped is f raised by 12.5% (and 1 wei), what nodes require of a
+// replacement.
+func (f fee) bumped() fee {
+	up := func(x *big.Int) *big.Int {
+		y := new(big.Int).Mul(x, big.NewInt(9))
+		return y.Div(y, big.NewInt(8)).Add(y, big.NewInt(1))
+	}
+	return fee{tip: up(f.tip), cap: up(f.cap)}
+}
+
+// atLeast is f with each part raised to at least min's.
+func (f fee) atLeast(min fee) fee {
+	out := f
+	if min.tip.Cmp(out.tip) > 0 {
+		out.tip = min.tip
+	}
+	if min.cap.Cmp(out.cap) > 0 {
+		out.cap = min.cap
+	}
+	return out
+}
+
+// Verify checks, in one round trip, that the node has the factory at
+// factory and that its depositAddress agrees with Address: a factory built
+// from other bytecode (an older or newer build of the contracts) would
+// make the service show deposit addresses no flush can reach. The service
+// runs it once per network at start.
+func Verify(ctx context.Context, c *rpc.Client, factory common.Address) error {
 	var code hexutil.Bytes
-	if err := c.CallContext(ctx, &code, "eth_getCode", factory, "latest"); err != nil {
-		return nil, fmt.Errorf("deposit factory %s: %w", factory.Hex(), err)
+	var out hexutil.Bytes
+	probe := Salt("deposit factory probe")
+	payout := common.HexToAddress("0x000000000000000000000000000000000000dEaD")
+	elems := []rpc.BatchElem{
+		{Method: "eth_getCode", Args: []any{factory, "latest"}, Result: &code},
+		{Method: "eth_call", Args: []any{map[string]any{"to": factory, "data": hexutil.Bytes(DepositAddressData(payout, probe))}, "latest"}, Result: &out},
+	}
+	if err := c.BatchCallContext(ctx, elems); err != nil {
+		return fmt.Errorf("deposit factory %s: %w", factory.Hex(), err)
+	}
+	if elems[0].Error != nil {
+		return fmt.Errorf("deposit factory %s: %w", factory.Hex(), elems[0].Error)
 	}
 	if len(code) == 0 {
-		return nil, fmt.Errorf("deposit factory %s: no contract at that address on this chain", factory.Hex())
+		return fmt.Errorf("deposit factory %s: no contract at that address on this chain", factory.Hex())
+	}
+	if elems[1].Error != nil || len(out) != 32 || common.BytesToAddress(out) != Address(factory, payout, probe) {
+		return fmt.Errorf("deposit factory %s: its depositAddress differs from this build's (another version of the contract)", factory.Hex())
+	}
+	return nil
+}
+
+// NewSweeper checks the factory (Verify) and reads the chain id the
+// transactions are signed for.
+func NewSweeper(ctx context.Context, c *rpc.Client, factory common.Address, key *ecdsa.PrivateKey) (*Sweeper, error) {
+	if err := Verify(ctx, c, factory); err != nil {
+		return nil, err
 	}
 	var id hexutil.Big
 	if err := c.CallContext(ctx, &id, "eth_chainId"); err != nil {
@@ -192,12 +275,10 @@ func (s *Sweeper) send(ctx context.Context, fs []Flush) (h common.Hash, retry bo
 		return h, false, err
 	}
 	nonce := max(mined, pending)
-	var price hexutil.Big
-	if err := s.rpc.CallContext(ctx, &price, "eth_gasPrice"); err != nil {
+	fee, err := s.fees(ctx)
+	if err != nil {
 		return h, false, err
 	}
-	gasPrice := new(big.Int).Mul((*big.Int)(&price), big.NewInt(5))
-	gasPrice.Div(gasPrice, big.NewInt(4)) // 25% head room for a rising base fee
 	if last := s.last; last != nil {
 		switch known, err := s.known(ctx, last.hash); {
 		case err != nil:
@@ -214,15 +295,12 @@ func (s *Sweeper) send(ctx context.Context, fs []Flush) (h common.Hash, retry bo
 			// Stuck in the pool: replace it at the same nonce, priced at
 			// least 12.5% above it (what nodes require of a replacement).
 			nonce = last.nonce
-			bump := new(big.Int).Mul(last.gasPrice, big.NewInt(9))
-			bump.Div(bump, big.NewInt(8)).Add(bump, big.NewInt(1))
-			if bump.Cmp(gasPrice) > 0 {
-				gasPrice = bump
-			}
+			fee = fee.atLeast(last.fee.bumped())
 		}
 	}
-	tx, err := types.SignTx(types.NewTx(&types.LegacyTx{
-		Nonce: nonce, GasPrice: gasPrice, Gas: GasBase + GasPerFlush*uint64(len(fs)), To: &s.factory, Data: FlushManyData(fs),
+	tx, err := types.SignTx(types.NewTx(&types.DynamicFeeTx{
+		ChainID: s.signer.ChainID(), Nonce: nonce, GasTipCap: fee.tip, GasFeeCap: fee.cap,
+		Gas: GasBase + GasPerFlush*uint64(len(fs)), To: &s.factory, Data: FlushManyData(fs),
 	}), s.signer, s.key)
 	if err != nil {
 		return h, false, err
@@ -247,11 +325,11 @@ func (s *Sweeper) send(ctx context.Context, fs []Flush) (h common.Hash, retry bo
 			}
 			// The context ended mid-call: the node may have it. Remember
 			// it, so the next Send waits for it or reuses its nonce.
-			s.last = &sent{hash: h, nonce: nonce, gasPrice: gasPrice, at: time.Now()}
+			s.last = &sent{hash: h, nonce: nonce, fee: fee, at: time.Now()}
 			return common.Hash{}, false, err
 		}
 	}
-	s.last = &sent{hash: h, nonce: nonce, gasPrice: gasPrice, at: time.Now()}
+	s.last = &sent{hash: h, nonce: nonce, fee: fee, at: time.Now()}
 	return h, false, nil
 }
 

@@ -107,12 +107,13 @@ type Backend interface {
 	ethereum.ChainIDReader
 	ethereum.PendingStateReader
 	ethereum.GasPricer
+	ethereum.GasPricer1559
 	ethereum.GasEstimator
 	ethereum.TransactionSender
 	ethereum.TransactionReader
 }
 
-// Send signs and sends a legacy transaction from `from` to `to` (nil:
+// Send signs and sends an EIP-1559 transaction from `from` to `to` (nil:
 // contract creation) with value and data. gas 0 estimates it; a fixed gas
 // lets a test send a transaction that will revert (estimation refuses
 // those). It returns the transaction's hash without waiting for a block.
@@ -156,11 +157,19 @@ func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *c
 	if err != nil {
 		return common.Hash{}, err
 	}
+	// An EIP-1559 transaction tipping what the node suggests, with room for
+	// the base fee to double. (A legacy transaction priced at twice the
+	// suggested gas price fed back into anvil's suggestion, which follows
+	// the tips recently paid: the price doubled with every block.)
+	tip, err := b.SuggestGasTipCap(ctx)
+	if err != nil {
+		return common.Hash{}, err
+	}
 	price, err := b.SuggestGasPrice(ctx)
 	if err != nil {
 		return common.Hash{}, err
 	}
-	price = new(big.Int).Mul(price, big.NewInt(2)) // head room for a rising base fee
+	feeCap := new(big.Int).Add(new(big.Int).Mul(price, big.NewInt(2)), tip)
 	if value == nil {
 		value = new(big.Int)
 	}
@@ -171,7 +180,7 @@ func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *c
 		}
 		gas += gas / 4
 	}
-	tx := types.NewTx(&types.LegacyTx{Nonce: nonce, GasPrice: price, Gas: gas, To: to, Value: value, Data: data})
+	tx := types.NewTx(&types.DynamicFeeTx{ChainID: chainID, Nonce: nonce, GasTipCap: tip, GasFeeCap: feeCap, Gas: gas, To: to, Value: value, Data: data})
 	signed, err := types.SignTx(tx, types.LatestSignerForChainID(chainID), from.Key)
 	if err != nil {
 		return common.Hash{}, err
