@@ -18,6 +18,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
@@ -121,6 +122,29 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 			}
 		}
 	}
+	// The deposit factory at its documented address (dev/finance.json names
+	// it for network local), and the dev sweep account, whose key make run
+	// passes as VOUCHER_SWEEP_KEY, funded for gas.
+	const factory, sweepAccount = "0x95bD8D42f30351685e96C62EDdc0d0613bf9a87A", "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
+	if err := deposit.Verify(ctx, c.Client(), common.HexToAddress(factory)); err != nil {
+		t.Fatalf("the deposit factory the docs name: %v", err)
+	}
+	finance, err := os.ReadFile(filepath.Join("..", "..", "dev", "finance.json"))
+	if err != nil || !strings.Contains(string(finance), `"depositFactory": "`+factory+`"`) {
+		t.Fatalf("dev/finance.json does not name the dev chain's deposit factory %s (%v)", factory, err)
+	}
+	runDev, err := os.ReadFile(filepath.Join("..", "..", "scripts", "run-dev.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VOUCHER_SWEEP_KEY:-0x([0-9a-f]{64})`).FindSubmatch(runDev)
+	if m == nil || testchain.KeyAccount(string(m[1])).Address != common.HexToAddress(sweepAccount) {
+		t.Fatalf("scripts/run-dev.sh's VOUCHER_SWEEP_KEY is not the dev sweep account %s", sweepAccount)
+	}
+	if bal, err := c.BalanceAt(ctx, common.HexToAddress(sweepAccount), nil); err != nil || bal.Cmp(new(big.Int).Mul(big.NewInt(9_999), ether)) < 0 {
+		t.Fatalf("the dev sweep account holds %v wei (%v)", bal, err)
+	}
+
 	ch, err := evm.Dial(ctx, rpcURL, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
