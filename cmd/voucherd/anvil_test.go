@@ -585,6 +585,7 @@ type signedReceiver struct {
 
 type receivedEvent struct {
 	typ, paid string
+	late      bool
 	at        time.Time // when it was received
 }
 
@@ -605,13 +606,16 @@ func newSignedReceiver(t *testing.T) *signedReceiver {
 		}
 		var p struct {
 			Type string
-			Data struct{ VoucherID, PaidAmount string }
+			Data struct {
+				VoucherID, PaidAmount string
+				Late                  bool
+			}
 		}
 		if err := json.Unmarshal(body, &p); err != nil {
 			r.bad = append(r.bad, err.Error())
 			return
 		}
-		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount, time.Now()})
+		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount, p.Data.Late, time.Now()})
 		select {
 		case r.got <- struct{}{}:
 		default:
