@@ -165,7 +165,9 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		}
 		return co{id: v.ID, token: v.CheckoutURL[strings.LastIndex(v.CheckoutURL, "/")+1:], addr: addr, currency: currency}
 	}
-	units := func(amount string, decimals int32) *big.Int { return decimal.RequireFromString(amount).Shift(decimals).BigInt() }
+	units := func(amount string, decimals int32) *big.Int {
+		return decimal.RequireFromString(amount).Shift(decimals).BigInt()
+	}
 	pay := func(from testchain.Account, tk common.Address, to common.Address, amount string) common.Hash {
 		t.Helper()
 		h, err := testchain.Send(ctx, c, from, &tk, nil, testchain.TransferData(to, units(amount, 6)), 0)
