@@ -38,7 +38,7 @@ func Start(t testing.TB, blockTime time.Duration) *Anvil {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	args := []string{"--port", fmt.Sprint(port), "--chain-id", "1337", "--silent", "--gas-price", "1000000000"}
+	args := []string{"--port", fmt.Sprint(port), "--chain-id", "1337", "--silent"}
 	if blockTime > 0 {
 		args = append(args, "--block-time", fmt.Sprint(int(blockTime.Seconds())))
 	}
