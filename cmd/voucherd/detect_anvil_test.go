@@ -236,8 +236,14 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 	}
 	submitted := checkout("USDC", "1.5")
 	submittedHash := pay(payer, token, submitted.addr, "1.5")
+	// A stranger flushes a checkout's deposit address right after its
+	// payment, before the verdict (so before the service's sweep).
 	flushed := checkout("USDC", "2")
-	pay(other, token, flushed.addr, "2")
+	flushedPay := pay(other, token, flushed.addr, "2")
+	strangerFlush, err := testchain.Send(ctx, c, stranger, &d.Factory, nil, deposit.FlushData(deposit.Flush{Payout: payout, Salt: deposit.Salt(flushed.id), Token: token}), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	late := checkout("USDC", "6")
 
 	st := expect("qr", qr, "RESOLVED", "CONFIRMED", "7.25", "deposit.pending", "deposit.confirmed")
@@ -268,15 +274,9 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		t.Fatalf("submitted: counted twice: %+v", st.Transactions)
 	}
 
-	// A stranger flushes a paid checkout's deposit address: the funds go to
-	// the payout wallet (or are there already, if the service swept first),
-	// and the settlement and events are unchanged.
-	expect("flushed", flushed, "RESOLVED", "CONFIRMED", "2", "deposit.pending", "deposit.confirmed")
-	h, err := testchain.Send(ctx, c, stranger, &d.Factory, nil, deposit.FlushData(deposit.Flush{Payout: payout, Salt: deposit.Salt(flushed.id), Token: token}), 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitOK(h)
+	// The stranger's flush moved the payment to the payout wallet (the
+	// stranger gets nothing), and the settlement is unchanged.
+	waitOK(flushedPay, strangerFlush)
 	balance := func(tk, holder common.Address) *big.Int {
 		t.Helper()
 		data, _ := testchain.TokenABI.Pack("balanceOf", holder)
@@ -306,8 +306,7 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 			}
 		}
 	}
-	waitChecks(2)
-	if st = expect("flushed, after the stranger's flush", flushed, "RESOLVED", "CONFIRMED", "2", "deposit.pending", "deposit.confirmed"); len(st.Transactions) != 1 {
+	if st = expect("flushed by a stranger", flushed, "RESOLVED", "CONFIRMED", "2", "deposit.pending", "deposit.confirmed"); len(st.Transactions) != 1 {
 		t.Fatalf("the flush counted as a payment: %+v", st.Transactions)
 	}
 
@@ -325,6 +324,54 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		if wantLate := e.typ == "deposit.pending" || e.typ == "deposit.confirmed"; e.late != wantLate {
 			t.Fatalf("late: %s with data.late %v", e.typ, e.late)
 		}
+	}
+
+	// The sweeps: every checkout with a verdict is flushed to the payout
+	// wallet by the service's gas-only key (the stranger's flush left
+	// nothing to move: DONE, 0); the decoy's checkout has no verdict and
+	// is not swept. The payout wallet holds exactly what the checkouts
+	// were paid.
+	swept := map[co]string{qr: "7.25", revA: "5", revB: "5", split: "10", over: "3.5", under: "2", native: "0.25", submitted: "1.5", late: "6", flushed: "0"}
+	for k, amount := range swept {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			r := s.Do(t, "GET", "/api/v1/vouchers/"+k.id, member.Token, nil)
+			var v struct {
+				Deposit *struct {
+					Address, PayoutAddress string
+					Sweep                  struct{ Status, TransactionHash, Amount string }
+				}
+			}
+			r.JSON(t, &v)
+			if v.Deposit == nil || !strings.EqualFold(v.Deposit.PayoutAddress, payout.Hex()) || !strings.EqualFold(v.Deposit.Address, k.addr.Hex()) {
+				t.Fatalf("%s: deposit %s", k.id, r.Body)
+			}
+			if sw := v.Deposit.Sweep; sw.Status == "DONE" {
+				if sw.Amount != amount {
+					t.Fatalf("%s: swept %s, want %s: %s", k.id, sw.Amount, amount, r.Body)
+				}
+				if rc, err := c.TransactionReceipt(ctx, common.HexToHash(sw.TransactionHash)); err != nil || rc.Status != 1 {
+					t.Fatalf("%s: sweep transaction %s: %v %v", k.id, sw.TransactionHash, rc, err)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: never swept: %s", k.id, r.Body)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if got := balance(token, payout); got.Cmp(units("42.25", 6)) != 0 {
+		t.Fatalf("the payout wallet holds %v USDC units, want 42250000", got)
+	}
+	if got, err := c.BalanceAt(ctx, payout, nil); err != nil || got.Cmp(units("0.25", 18)) != 0 {
+		t.Fatalf("the payout wallet holds %v wei (%v), want 0.25 ETH", got, err)
+	}
+	if got := balance(decoy, decoyCo.addr); got.Cmp(units("4", 6)) != 0 || balance(decoy, payout).Sign() != 0 {
+		t.Fatalf("the decoy's deposit address holds %v decoy units", got)
+	}
+	if _, st := voucher(decoyCo.id); st != nil {
+		t.Fatalf("decoy: settlement %+v", st)
 	}
 
 	// A reorg, last (anvil's evm_revert rewinds its clock): with anvil
