@@ -171,8 +171,11 @@ func (s *Service) sweep(ctx context.Context, n *watched, sw Sweeper) error {
 			errs = append(errs, fmt.Errorf("settlement: %s: sweep %s: %w", n.Name, h, err))
 		case out.Mined:
 			errs = append(errs, s.writeSweeps(ctx, n, vs, func(v *ent.Voucher, dep *payment.Deposit) {
+				// Absent: that address's flush failed. Present with 0: it
+				// succeeded and found nothing (anyone's flush, a stranger's,
+				// moved the funds to the payout already): done.
 				moved, ok := out.Moved[strings.ToLower(dep.Address)]
-				if !ok || moved == nil || moved.Sign() <= 0 {
+				if !ok || moved == nil || moved.Sign() < 0 {
 					s.sweepFailed(n.Name, 1)
 					dep.Sweep.Status, dep.Sweep.InFlight, dep.Sweep.Target = payment.SweepFailed, "", ""
 					dep.Sweep.Attempts++
