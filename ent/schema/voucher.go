@@ -124,6 +124,13 @@ func (Voucher) Fields() []ent.Field {
 		// voucher's status): the detection work list is an index range on
 		// (watch_network, expires_at).
 		field.String("watch_network").Optional().Nillable().Immutable().Annotations(entgql.Skip()),
+		// solana_pay_reference is a Solana checkout's Solana Pay reference
+		// (the base58 public key of a fresh key pair; nothing secret): its
+		// paymentUri carries it, the payer's wallet adds it to the
+		// transfer, and the settlement watcher finds the payment by it.
+		// NULL for every other voucher.
+		field.String("solana_pay_reference").Optional().Nillable().Immutable().Unique().MaxLen(44).
+			Annotations(entgql.Skip(entgql.SkipWhereInput)),
 	}
 }
 
