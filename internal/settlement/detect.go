@@ -67,12 +67,12 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 		m := min(len(fresh), readChunk)
 		rows, err := s.db.Voucher.Query().Where(entvoucher.IDIn(fresh[:m]...)).
 			Select(entvoucher.FieldID, entvoucher.FieldExpectedPayment, entvoucher.FieldSuppliedPayment, entvoucher.FieldDeposit,
-				entvoucher.FieldPayments, entvoucher.FieldNetworks).All(ctx)
+				entvoucher.FieldPayments, entvoucher.FieldNetworks, entvoucher.FieldSolanaPayReference).All(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, v := range rows {
-			if v.Deposit == nil || v.ExpectedPayment == nil {
+			if !detectable(v) || v.ExpectedPayment == nil {
 				continue
 			}
 			d, err := dueOf(s.reg, v)
@@ -82,9 +82,17 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 			}
 			asset := Native
 			if !d.token.Native {
-				asset = strings.ToLower(d.token.CurrencyAddress)
+				asset = d.token.CurrencyAddress
 			}
-			next[v.ID] = &watchEntry{id: v.ID, watch: Watch{Address: strings.ToLower(v.Deposit.Address), Asset: asset}}
+			var w Watch
+			if v.SolanaPayReference != nil {
+				// Solana: the reference key and the mint, base58 (case
+				// matters).
+				w = Watch{Address: *v.SolanaPayReference, Asset: asset}
+			} else {
+				w = Watch{Address: strings.ToLower(v.Deposit.Address), Asset: strings.ToLower(asset)}
+			}
+			next[v.ID] = &watchEntry{id: v.ID, watch: w}
 		}
 		fresh = fresh[m:]
 	}
@@ -107,13 +115,23 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 // bring a payment that was not there; a payment already recorded is not
 // recorded twice), up to the head, at most maxScan blocks.
 func (n *watched) scanRange(head uint64) (after, upTo uint64) {
+	if n.typ == chain.TypeSolana {
+		// A reference's signatures cost one call whatever range they
+		// span, and a reference is fresh for its checkout: the first scan
+		// after a start takes every slot (payments made while the service
+		// was down are found however long that was; what is recorded
+		// already is not added twice), then each scan the slots since the
+		// last, up to the head. Confirmed slots are not rolled back, so
+		// there is no margin.
+		if n.scanned > head {
+			n.scanned = 0
+		}
+		return n.scanned, head
+	}
 	if n.scanned == 0 || n.scanned > head {
 		n.scanned = head - min(head, startLookback)
 	}
 	back := uint64(n.Confirmations)
-	if n.typ == chain.TypeSolana {
-		back = 0
-	}
 	after = n.scanned - min(n.scanned, back)
 	upTo = min(head, n.scanned+maxScan)
 	return after, upTo

@@ -203,8 +203,29 @@ func (s *Service) SubmitCheckoutPayment(ctx context.Context, tokenHash, txHash s
 		// nothing, and the same transaction is never counted twice.
 		return v, nil
 	}
+	if v.SolanaPayReference != nil && v.Status == entvoucher.StatusRESOLVED && settles(v, txHash) {
+		// The watcher found this transaction by the checkout's reference
+		// (or the customer submitted it before): the same transaction is
+		// never counted twice. Another signature is a new receipt, refused
+		// as on any resolved voucher: a payment without the reference is
+		// not found by the watcher, so its hash only counts before resolve.
+		return v, nil
+	}
 	p := &auth.Principal{Kind: kindCheckout, ID: v.PayerID}
 	return s.resolve(ctx, p, v.ID, ResolveInput{Receipts: []ReceiptInput{{PaymentID: v.ExpectedPayment.ID, TransactionHash: &txHash}}})
+}
+
+// settles reports whether v's settlement already follows transaction h.
+func settles(v *ent.Voucher, h string) bool {
+	if v.Settlement == nil {
+		return false
+	}
+	for _, t := range v.Settlement.Transactions {
+		if t.TransactionHash == h {
+			return true
+		}
+	}
+	return false
 }
 
 // nonEmpty is s, or nil when s is empty (an absent optional column).
