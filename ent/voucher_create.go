@@ -321,6 +321,20 @@ func (_c *VoucherCreate) SetNillableSweepNetwork(v *string) *VoucherCreate {
 	return _c
 }
 
+// SetSolanaPayReference sets the "solana_pay_reference" field.
+func (_c *VoucherCreate) SetSolanaPayReference(v string) *VoucherCreate {
+	_c.mutation.SetSolanaPayReference(v)
+	return _c
+}
+
+// SetNillableSolanaPayReference sets the "solana_pay_reference" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableSolanaPayReference(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetSolanaPayReference(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *VoucherCreate) SetID(v string) *VoucherCreate {
 	_c.mutation.SetID(v)
@@ -455,6 +469,11 @@ func (_c *VoucherCreate) check() error {
 	}
 	if _, ok := _c.mutation.ExpiresAt(); !ok {
 		return &ValidationError{Name: "expires_at", err: errors.New(`ent: missing required field "Voucher.expires_at"`)}
+	}
+	if v, ok := _c.mutation.SolanaPayReference(); ok {
+		if err := voucher.SolanaPayReferenceValidator(v); err != nil {
+			return &ValidationError{Name: "solana_pay_reference", err: fmt.Errorf(`ent: validator failed for field "Voucher.solana_pay_reference": %w`, err)}
+		}
 	}
 	if v, ok := _c.mutation.ID(); ok {
 		if err := voucher.IDValidator(v); err != nil {
@@ -607,6 +626,10 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.SweepNetwork(); ok {
 		_spec.SetField(voucher.FieldSweepNetwork, field.TypeString, value)
 		_node.SweepNetwork = &value
+	}
+	if value, ok := _c.mutation.SolanaPayReference(); ok {
+		_spec.SetField(voucher.FieldSolanaPayReference, field.TypeString, value)
+		_node.SolanaPayReference = &value
 	}
 	if nodes := _c.mutation.SessionIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -1064,6 +1087,9 @@ func (u *VoucherUpsertOne) UpdateNewValues() *VoucherUpsertOne {
 		}
 		if _, exists := u.create.mutation.WatchNetwork(); exists {
 			s.SetIgnore(voucher.FieldWatchNetwork)
+		}
+		if _, exists := u.create.mutation.SolanaPayReference(); exists {
+			s.SetIgnore(voucher.FieldSolanaPayReference)
 		}
 	}))
 	return u
@@ -1686,6 +1712,9 @@ func (u *VoucherUpsertBulk) UpdateNewValues() *VoucherUpsertBulk {
 			}
 			if _, exists := b.mutation.WatchNetwork(); exists {
 				s.SetIgnore(voucher.FieldWatchNetwork)
+			}
+			if _, exists := b.mutation.SolanaPayReference(); exists {
+				s.SetIgnore(voucher.FieldSolanaPayReference)
 			}
 		}
 	}))

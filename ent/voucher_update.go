@@ -569,6 +569,9 @@ func (_u *VoucherUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	if _u.mutation.SweepNetworkCleared() {
 		_spec.ClearField(voucher.FieldSweepNetwork, field.TypeString)
 	}
+	if _u.mutation.SolanaPayReferenceCleared() {
+		_spec.ClearField(voucher.FieldSolanaPayReference, field.TypeString)
+	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
 		if _, ok := err.(*sqlgraph.NotFoundError); ok {
@@ -1157,6 +1160,9 @@ func (_u *VoucherUpdateOne) sqlSave(ctx context.Context) (_node *Voucher, err er
 	}
 	if _u.mutation.SweepNetworkCleared() {
 		_spec.ClearField(voucher.FieldSweepNetwork, field.TypeString)
+	}
+	if _u.mutation.SolanaPayReferenceCleared() {
+		_spec.ClearField(voucher.FieldSolanaPayReference, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Voucher{config: _u.config}

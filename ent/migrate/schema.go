@@ -287,6 +287,7 @@ var (
 		{Name: "deposit", Type: field.TypeJSON, Nullable: true},
 		{Name: "watch_network", Type: field.TypeString, Nullable: true},
 		{Name: "sweep_network", Type: field.TypeString, Nullable: true},
+		{Name: "solana_pay_reference", Type: field.TypeString, Unique: true, Nullable: true, Size: 44},
 		{Name: "business_id", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "session_id", Type: field.TypeString, Size: 64},
 	}
@@ -298,13 +299,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "vouchers_businesses_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[28]},
+				Columns:    []*schema.Column{VouchersColumns[29]},
 				RefColumns: []*schema.Column{BusinessesColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
 			{
 				Symbol:     "vouchers_voucher_sessions_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[29]},
+				Columns:    []*schema.Column{VouchersColumns[30]},
 				RefColumns: []*schema.Column{VoucherSessionsColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -318,7 +319,7 @@ var (
 			{
 				Name:    "voucher_session_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[29], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[30], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_payer_id_created_at",
@@ -333,7 +334,7 @@ var (
 			{
 				Name:    "voucher_business_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[28], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[29], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_status_expires_at",

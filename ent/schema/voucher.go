@@ -128,6 +128,13 @@ func (Voucher) Fields() []ent.Field {
 		// address has funds the service still has to sweep (a verdict, or a
 		// later payment, not yet flushed): the sweeper's work list.
 		field.String("sweep_network").Optional().Nillable().Annotations(entgql.Skip()),
+		// solana_pay_reference is a Solana checkout's Solana Pay reference
+		// (the base58 public key of a fresh key pair; nothing secret): its
+		// paymentUri carries it, the payer's wallet adds it to the
+		// transfer, and the settlement watcher finds the payment by it.
+		// NULL for every other voucher.
+		field.String("solana_pay_reference").Optional().Nillable().Immutable().Unique().MaxLen(44).
+			Annotations(entgql.Skip(entgql.SkipWhereInput)),
 	}
 }
 

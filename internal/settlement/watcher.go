@@ -252,6 +252,20 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			continue
 		}
 		hs := detectedHashes[id]
+		if n.typ == chain.TypeSolana {
+			// A Solana Pay reference is found in every transaction that
+			// names it, whatever it moved (anyone may name a public key):
+			// one that moves none of the due currency to the payee is no
+			// payment of the checkout, and is neither recorded nor claimed.
+			hs = slices.DeleteFunc(slices.Clone(hs), func(h string) bool {
+				tx := obs.txs[h]
+				return tx.Found && (!tx.Success || paidBy(d, n.typ, tx).Sign() <= 0)
+			})
+			if len(hs) == 0 {
+				delete(detectedRows, id)
+				continue
+			}
+		}
 		// Resolve on the first payment mined before the checkout expired
 		// (as submit-payment would); anything else is recorded on the
 		// checkout as it stands (a later or a late payment).

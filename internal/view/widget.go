@@ -125,7 +125,10 @@ type PublicCheckout struct {
 	TransactionHash *string      `json:"transactionHash,omitempty"`
 	ExpiresAt       apitime.Time `json:"expiresAt"`
 	PaymentURI      string       `json:"paymentUri"`
-	Version         int          `json:"version"`
+	// SolanaPayReference is a Solana checkout's reference key, also in
+	// PaymentURI: the watcher finds the payment by it.
+	SolanaPayReference string `json:"solanaPayReference,omitempty"`
+	Version            int    `json:"version"`
 }
 
 // OfPublicCheckout renders a checkout's public view.
@@ -137,6 +140,9 @@ func OfPublicCheckout(c *widget.PublicState) *PublicCheckout {
 		Currency: p.Currency, CurrencyAddress: p.CurrencyAddress, Decimals: c.Token.Decimals, Native: c.Token.Native,
 		Network: p.Network, NetworkType: c.Network.Type, ChainID: c.Network.ChainID, PayeeAddress: p.Wallet.Address,
 		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, Late: v.Settlement.Late(), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+	}
+	if r := v.SolanaPayReference; r != nil {
+		out.SolanaPayReference = *r
 	}
 	for _, r := range v.Receipts {
 		if r.TransactionHash != "" {
