@@ -28,6 +28,36 @@ func MayFollow(ctx context.Context, c *ent.Client, businessID string) error {
 	return err
 }
 
+// Caller returns the business and the caller's standing in it when the
+// caller in ctx may act for businessID: a user token's ACTIVE membership,
+// or an API key of that very business. A key stands as an ADMIN member:
+// which of the business's operations it reaches at all is decided before
+// any service runs, by the operation's scope (internal/operation), and the
+// operations no scope names (members, API keys, the business's own
+// settings) are never open to a key. Anyone else, and a key of another
+// business, gets not_found.
+func Caller(ctx context.Context, c *ent.Client, businessID string) (*ent.Business, *ent.BusinessUser, error) {
+	p := auth.FromContext(ctx)
+	if p.IsAPIKey() {
+		if p.BusinessID != businessID {
+			return nil, nil, apperr.New(apperr.NotFound, "business not found")
+		}
+		b, err := c.Business.Get(ctx, businessID)
+		if ent.IsNotFound(err) {
+			return nil, nil, apperr.New(apperr.NotFound, "business not found")
+		}
+		if err != nil {
+			return nil, nil, apperr.InternalError(err)
+		}
+		return b, &ent.BusinessUser{BusinessID: b.ID, Role: businessuser.RoleADMIN, Status: businessuser.StatusACTIVE}, nil
+	}
+	p, err := auth.RequireUser(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return Membership(ctx, c, businessID, p.ID)
+}
+
 // Membership returns the business and the caller's membership in it when
 // userID is an ACTIVE member; otherwise not_found (non-members learn nothing
 // about the business's existence).

@@ -90,6 +90,15 @@ var (
 	UpdateBusinessUserStatus = declare(&Op{Name: "updateBusinessUserStatus", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "POST /api/v1/businesses/{businessId}/users/{businessUserId}/update-status", GraphQL: "Mutation.updateBusinessUserStatus"})
 
+	// A business's API keys: OWNER/ADMIN create and revoke, members list
+	// (Business.apiKeys on GraphQL); never open to a key.
+	CreateAPIKey = declare(&Op{Name: "createApiKey", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST: "POST /api/v1/businesses/{businessId}/api-keys/create-api-key", GraphQL: "Mutation.createApiKey"})
+	ListAPIKeys = declare(&Op{Name: "listApiKeys", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST: "GET /api/v1/businesses/{businessId}/api-keys"})
+	RevokeAPIKey = declare(&Op{Name: "revokeApiKey", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST: "POST /api/v1/businesses/{businessId}/api-keys/{keyId}/revoke-api-key", GraphQL: "Mutation.revokeApiKey"})
+
 	// Webhook endpoints and deliveries.
 	CreateEndpoint = declare(&Op{Name: "createEndpoint", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
 		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/create-endpoint", GraphQL: "Mutation.createEndpoint"})
@@ -109,6 +118,11 @@ var (
 		REST: "GET /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}"})
 	RetryDelivery = declare(&Op{Name: "retryDelivery", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
 		REST: "POST /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}/retry-delivery", GraphQL: "Mutation.retryDelivery"})
+	// The event log (Business.events on GraphQL) and its replay to an endpoint.
+	ListEvents = declare(&Op{Name: "listEvents", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
+		REST: "GET /api/v1/businesses/{businessId}/events"})
+	Replay = declare(&Op{Name: "replay", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/replay", GraphQL: "Mutation.replay"})
 
 	// Vouchers. interop-init submits a payer's signature: a voucher write,
 	// like the spec's "sign".

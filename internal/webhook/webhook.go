@@ -161,14 +161,11 @@ type ListEndpointsInput struct {
 	Until  *int64
 }
 
-// member returns the business when the caller (a user token) is an ACTIVE
-// member of it: not_found otherwise.
+// member returns the business when the caller is an ACTIVE member of it
+// (a user token) or one of its API keys (business.Caller); not_found
+// otherwise.
 func (s *Service) member(ctx context.Context, businessID string) (*ent.Business, *ent.BusinessUser, error) {
-	p, err := auth.RequireUser(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return business.Membership(ctx, s.db.Client, businessID, p.ID)
+	return business.Caller(ctx, s.db.Client, businessID)
 }
 
 // manager is member plus the OWNER or ADMIN role.
