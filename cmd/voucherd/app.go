@@ -190,6 +190,7 @@ func (a *App) build(ctx context.Context) error {
 	a.ends = revocation.New(revocation.Options{Log: a.Log})
 	a.ends.OnEnd(a.endLocalSockets)
 	a.Sessions.Revocations(a.ends)
+	a.APIKeys.Revocations(a.ends)
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}

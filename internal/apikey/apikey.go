@@ -4,11 +4,11 @@
 // once, at creation, and stored only as its SHA-256.
 //
 // The package also proves keys: Verifier turns "Authorization: Bearer
-// vsk_…" into a principal of kind apikey (its subject the key's bak_ id),
-// from an in-memory cache whose entries live one second, so a busy key costs
-// one database read a second per replica and not one per request, and a
-// revocation answers only once that second has passed: by then no replica
-// holds the key any more (see Revoke).
+// vsk_…" into a principal of kind apikey (its subject the key's bak_ id).
+// A key found live is remembered (internal/revocation), so a request with
+// it costs no statement; a revocation forgets it here and on every other
+// replica before it is answered, and a replica that cannot be sure it hears
+// revocations reads the database instead.
 package apikey
 
 import (
@@ -19,9 +19,8 @@ import (
 	"encoding/hex"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -33,6 +32,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -43,9 +43,6 @@ const (
 	// MaxPerBusiness is how many live (unrevoked) keys a business may hold.
 	MaxPerBusiness = 20
 	MaxNameLength  = 128
-	// DefaultCacheTTL is how long a replica trusts what it read about a
-	// key, and so how long a revocation waits before it answers.
-	DefaultCacheTTL = time.Second
 	// UsageInterval is how stale lastUsedAt may be: it is written at most
 	// once per interval, however often the key is used.
 	UsageInterval = time.Minute
@@ -59,8 +56,6 @@ const keyLen = len(Prefix) + 43
 
 // Options configure the Service.
 type Options struct {
-	// CacheTTL is DefaultCacheTTL when zero.
-	CacheTTL time.Duration
 	// Now is the wall clock for stored times; nil is time.Now.
 	Now func() time.Time
 	Log *slog.Logger
@@ -69,35 +64,39 @@ type Options struct {
 // Service manages API keys and proves them.
 type Service struct {
 	db  *storage.DB
-	ttl time.Duration
 	now func() time.Time
 	log *slog.Logger
-
-	mu    sync.RWMutex
-	cache map[string]*cached // by key hash
+	// live remembers live keys by hash; ends spreads a revocation over
+	// the replicas (nil: one process, the cache forgets locally).
+	live *revocation.Cache[string, *cached]
+	ends *revocation.Ends
 }
 
-// cached is what a replica knows about a key: its principal (nil when the
-// key is revoked or unknown to the database), since when (monotonic), and
-// the last use written.
+// cached is what a replica knows about a live key: its principal and the
+// last use written (unix milliseconds), so a hit knows without a statement
+// whether lastUsedAt is due.
 type cached struct {
 	p        *auth.Principal
-	loadedAt time.Time
-	lastUsed time.Time
+	lastUsed atomic.Int64
 }
 
 // NewService returns the API key service over db.
 func NewService(db *storage.DB, o Options) *Service {
-	if o.CacheTTL <= 0 {
-		o.CacheTTL = DefaultCacheTTL
-	}
 	if o.Now == nil {
 		o.Now = time.Now
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
 	}
-	return &Service{db: db, ttl: o.CacheTTL, now: o.Now, log: o.Log, cache: map[string]*cached{}}
+	return &Service{db: db, now: o.Now, log: o.Log, live: revocation.NewCache[string, *cached](maxCached, nil)}
+}
+
+// Revocations makes the key cache answer only while this replica hears
+// ends, forget a key revoked on any replica, and Revoke wait until every
+// replica has forgotten it (internal/revocation). Call it before serving.
+func (s *Service) Revocations(e *revocation.Ends) {
+	s.live = revocation.NewCacheFor[string, *cached](e, maxCached)
+	s.ends = e
 }
 
 // WithKey is a key with its secret: the answer to create-api-key, the only
@@ -242,11 +241,9 @@ func (s *Service) List(ctx context.Context, businessID string) ([]*ent.APIKey, e
 
 // Revoke ends a key (OWNER or ADMIN; also while the business is INACTIVE:
 // taking a credential away is never refused). Revoking a revoked key
-// answers it again. It returns only after the cache lifetime has passed
-// since the commit: a replica that read the key before the commit read it
-// less than that long ago, so by the time the caller hears "revoked" every
-// replica's entry has lapsed and its next request reads the revocation.
-// (This replica forgets the key at once.)
+// answers it again. It returns once every replica has forgotten the key
+// (revocation.Ends.End), so the caller's next request with it is refused
+// wherever it lands.
 func (s *Service) Revoke(ctx context.Context, businessID, id string) (*ent.APIKey, error) {
 	if _, err := s.manager(ctx, businessID); err != nil {
 		return nil, err
@@ -266,16 +263,16 @@ func (s *Service) Revoke(ctx context.Context, businessID, id string) (*ent.APIKe
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	committed := time.Now()
-	s.forget(k.KeyHash)
+	if s.ends != nil {
+		s.ends.End(k.ID)
+	} else {
+		s.live.End(k.ID)
+	}
 	if n > 0 {
 		k.RevokedAt = &now
 	} else if k, err = s.db.APIKey.Get(ctx, id); err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	// Wait out every replica's entry; the wait is not cut short by the
-	// caller going away (the revocation stands either way).
-	time.Sleep(time.Until(committed.Add(s.ttl)))
 	return k, nil
 }
 
@@ -351,83 +348,59 @@ func (v verifier) Recheck(ctx context.Context, p *auth.Principal) error {
 	return nil
 }
 
-// Authenticate proves a key: its principal from the cache while the entry
-// is younger than the cache lifetime, else read from the database (and
-// lastUsedAt written when it is older than UsageInterval).
+// Authenticate proves a key: from the cache when this replica remembers it
+// live, else from the database (and remembered). lastUsedAt is written when
+// the last one written is UsageInterval old.
 func (s *Service) Authenticate(ctx context.Context, key string) (*auth.Principal, error) {
 	if !wellFormed(key) {
 		return nil, errBadKey
 	}
 	hash := hashOf(key)
-	s.mu.RLock()
-	c := s.cache[hash]
-	s.mu.RUnlock()
-	if c == nil || time.Since(c.loadedAt) >= s.ttl {
-		var err error
-		if c, err = s.load(ctx, hash); err != nil {
-			return nil, err
+	c, ok := s.live.Get(hash, time.Now())
+	if !ok {
+		t := s.live.Begin()
+		k, err := s.db.APIKey.Query().Where(entapikey.KeyHash(hash)).Only(ctx)
+		if ent.IsNotFound(err) {
+			return nil, errBadKey
 		}
-	}
-	if c.p == nil {
-		return nil, errBadKey
-	}
-	return c.p, nil
-}
-
-// load reads a key. The time is taken before the read, so an entry never
-// outlives the revocation it might have missed by more than the lifetime.
-func (s *Service) load(ctx context.Context, hash string) (*cached, error) {
-	at := time.Now()
-	k, err := s.db.APIKey.Query().Where(entapikey.KeyHash(hash)).Only(ctx)
-	if err != nil && !ent.IsNotFound(err) {
-		return nil, apperr.InternalError(err)
-	}
-	if k == nil {
-		// Unknown keys are not remembered: garbage must not fill the cache.
-		return &cached{}, nil
-	}
-	c := &cached{loadedAt: at}
-	if k.RevokedAt == nil {
+		if err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		if k.RevokedAt != nil {
+			return nil, errBadKey
+		}
 		scopes := make([]auth.Scope, len(k.Scopes))
 		for i, sc := range k.Scopes {
 			scopes[i] = auth.Scope(sc)
 		}
-		c.p = &auth.Principal{Kind: auth.KindAPIKey, ID: k.ID, BusinessID: k.BusinessID, Scopes: slices.Clip(scopes)}
+		c = &cached{p: &auth.Principal{Kind: auth.KindAPIKey, ID: k.ID, BusinessID: k.BusinessID, Scopes: scopes}}
 		if k.LastUsedAt != nil {
-			c.lastUsed = *k.LastUsedAt
+			c.lastUsed.Store(k.LastUsedAt.UnixMilli())
 		}
-		s.touch(ctx, k, c)
+		s.live.Put(t, hash, k.ID, c, time.Time{})
 	}
-	s.mu.Lock()
-	if len(s.cache) >= maxCached {
-		s.cache = map[string]*cached{}
-	}
-	s.cache[hash] = c
-	s.mu.Unlock()
-	return c, nil
+	s.touch(ctx, c)
+	return c.p, nil
 }
 
-// touch writes lastUsedAt when the stored one is UsageInterval old (or
-// absent). The condition is in the statement, so replicas racing to write
-// it write once.
-func (s *Service) touch(ctx context.Context, k *ent.APIKey, c *cached) {
+// touch writes lastUsedAt when the last one written is UsageInterval old
+// (or absent): one request a minute per replica, the one that wins the
+// swap, makes the statement. The condition is in the statement too, so
+// replicas racing to write it write once.
+func (s *Service) touch(ctx context.Context, c *cached) {
 	now := s.now().UTC().Truncate(time.Millisecond)
-	if !c.lastUsed.IsZero() && now.Sub(c.lastUsed) < UsageInterval {
+	last := c.lastUsed.Load()
+	if last != 0 && now.UnixMilli()-last < UsageInterval.Milliseconds() {
+		return
+	}
+	if !c.lastUsed.CompareAndSwap(last, now.UnixMilli()) {
 		return
 	}
 	_, err := s.db.APIKey.Update().
-		Where(entapikey.ID(k.ID), entapikey.Or(entapikey.LastUsedAtIsNil(), entapikey.LastUsedAtLT(now.Add(-UsageInterval)))).
+		Where(entapikey.ID(c.p.ID), entapikey.Or(entapikey.LastUsedAtIsNil(), entapikey.LastUsedAtLT(now.Add(-UsageInterval)))).
 		SetLastUsedAt(now).Save(ctx)
 	if err != nil {
 		// A lost usage stamp is not worth failing the request for.
-		s.log.WarnContext(ctx, "apikey: lastUsedAt not written", "key", k.ID, "err", err.Error())
-		return
+		s.log.WarnContext(ctx, "apikey: lastUsedAt not written", "key", c.p.ID, "err", err.Error())
 	}
-	c.lastUsed = now
-}
-
-func (s *Service) forget(hash string) {
-	s.mu.Lock()
-	delete(s.cache, hash)
-	s.mu.Unlock()
 }
