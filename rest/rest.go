@@ -123,7 +123,7 @@ func (s *server) route(op *operation.Op, h handlerFunc) {
 				return
 			}
 		}
-		p, err := op.Guard.Check(r.Context())
+		p, err := admit(r.Context(), op)
 		if err != nil {
 			httpx.WriteError(w, r, s.log, err)
 			return
@@ -149,6 +149,15 @@ func (s *server) route(op *operation.Op, h handlerFunc) {
 		s.table = append(s.table, Route{Method: method, Path: strings.TrimSuffix(path, "{$}"), Pattern: pattern, Group: group, Token: guardName(op.Guard)})
 		s.mux.HandleFunc(pattern, guarded)
 	}
+}
+
+// admit is the door's check of the caller against op: an API key by its
+// scopes (operation.AdmitKey), any other caller by op's guard.
+func admit(ctx context.Context, op *operation.Op) (*auth.Principal, error) {
+	if p := auth.FromContext(ctx); p.IsAPIKey() {
+		return p, operation.AdmitKey(op, p)
+	}
+	return op.Guard.Check(ctx)
 }
 
 // caller names whoever holds an idempotency key: the token's subject, or

@@ -1,0 +1,28 @@
+package operation
+
+import (
+	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
+)
+
+// AdmitKey is the one check of a business's API key against an operation
+// (each door calls it where it checks the operation's guard: REST's route
+// before reading anything, GraphQL for every root field and every nested
+// field the table names). An open operation admits every key; one that
+// names no scope admits none (member and key management, a business's
+// settings, a payer's or payee's voucher work); otherwise the key must
+// hold the operation's scope, and a missing one is forbidden with the
+// scope named in details. Which business the key reaches is the domain's
+// rule (business.Caller: another business is not_found).
+func AdmitKey(op *Op, p *auth.Principal) error {
+	switch {
+	case !p.IsAPIKey() || op.Guard == auth.GuardOpen:
+		return nil
+	case op.Scope == "":
+		return apperr.Newf(apperr.Forbidden, "%s is not open to API keys", op.Name)
+	case !p.HasScope(op.Scope):
+		return &apperr.Error{Code: apperr.Forbidden, Message: "the API key does not hold the scope " + string(op.Scope),
+			Details: []apperr.Detail{{Field: "scope", Reason: "needs " + string(op.Scope)}}}
+	}
+	return nil
+}
