@@ -1031,6 +1031,11 @@ func (_q *VoucherQuery) collectField(ctx context.Context, oneNode bool, opCtx *g
 				selectedFields = append(selectedFields, voucher.FieldSettlement)
 				fieldSeen[voucher.FieldSettlement] = struct{}{}
 			}
+		case "deposit":
+			if _, ok := fieldSeen[voucher.FieldDeposit]; !ok {
+				selectedFields = append(selectedFields, voucher.FieldDeposit)
+				fieldSeen[voucher.FieldDeposit] = struct{}{}
+			}
 		case "id":
 		case "__typename":
 		default:

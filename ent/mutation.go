@@ -7915,6 +7915,8 @@ type VoucherMutation struct {
 	expires_at          *time.Time
 	settlement          **payment.Settlement
 	settlement_network  *string
+	deposit             **payment.Deposit
+	watch_network       *string
 	clearedFields       map[string]struct{}
 	session             *string
 	clearedsession      bool
@@ -9286,6 +9288,104 @@ func (m *VoucherMutation) ResetSettlementNetwork() {
 	delete(m.clearedFields, voucher.FieldSettlementNetwork)
 }
 
+// SetDeposit sets the "deposit" field.
+func (m *VoucherMutation) SetDeposit(pa *payment.Deposit) {
+	m.deposit = &pa
+}
+
+// Deposit returns the value of the "deposit" field in the mutation.
+func (m *VoucherMutation) Deposit() (r *payment.Deposit, exists bool) {
+	v := m.deposit
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldDeposit returns the old "deposit" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldDeposit(ctx context.Context) (v *payment.Deposit, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldDeposit is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldDeposit requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldDeposit: %w", err)
+	}
+	return oldValue.Deposit, nil
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (m *VoucherMutation) ClearDeposit() {
+	m.deposit = nil
+	m.clearedFields[voucher.FieldDeposit] = struct{}{}
+}
+
+// DepositCleared returns if the "deposit" field was cleared in this mutation.
+func (m *VoucherMutation) DepositCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldDeposit]
+	return ok
+}
+
+// ResetDeposit resets all changes to the "deposit" field.
+func (m *VoucherMutation) ResetDeposit() {
+	m.deposit = nil
+	delete(m.clearedFields, voucher.FieldDeposit)
+}
+
+// SetWatchNetwork sets the "watch_network" field.
+func (m *VoucherMutation) SetWatchNetwork(s string) {
+	m.watch_network = &s
+}
+
+// WatchNetwork returns the value of the "watch_network" field in the mutation.
+func (m *VoucherMutation) WatchNetwork() (r string, exists bool) {
+	v := m.watch_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldWatchNetwork returns the old "watch_network" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldWatchNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldWatchNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldWatchNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldWatchNetwork: %w", err)
+	}
+	return oldValue.WatchNetwork, nil
+}
+
+// ClearWatchNetwork clears the value of the "watch_network" field.
+func (m *VoucherMutation) ClearWatchNetwork() {
+	m.watch_network = nil
+	m.clearedFields[voucher.FieldWatchNetwork] = struct{}{}
+}
+
+// WatchNetworkCleared returns if the "watch_network" field was cleared in this mutation.
+func (m *VoucherMutation) WatchNetworkCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldWatchNetwork]
+	return ok
+}
+
+// ResetWatchNetwork resets all changes to the "watch_network" field.
+func (m *VoucherMutation) ResetWatchNetwork() {
+	m.watch_network = nil
+	delete(m.clearedFields, voucher.FieldWatchNetwork)
+}
+
 // ClearSession clears the "session" edge to the VoucherSession entity.
 func (m *VoucherMutation) ClearSession() {
 	m.clearedsession = true
@@ -9374,7 +9474,7 @@ func (m *VoucherMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VoucherMutation) Fields() []string {
-	fields := make([]string, 0, 26)
+	fields := make([]string, 0, 28)
 	if m.created_at != nil {
 		fields = append(fields, voucher.FieldCreatedAt)
 	}
@@ -9453,6 +9553,12 @@ func (m *VoucherMutation) Fields() []string {
 	if m.settlement_network != nil {
 		fields = append(fields, voucher.FieldSettlementNetwork)
 	}
+	if m.deposit != nil {
+		fields = append(fields, voucher.FieldDeposit)
+	}
+	if m.watch_network != nil {
+		fields = append(fields, voucher.FieldWatchNetwork)
+	}
 	return fields
 }
 
@@ -9513,6 +9619,10 @@ func (m *VoucherMutation) Field(name string) (ent.Value, bool) {
 		return m.Settlement()
 	case voucher.FieldSettlementNetwork:
 		return m.SettlementNetwork()
+	case voucher.FieldDeposit:
+		return m.Deposit()
+	case voucher.FieldWatchNetwork:
+		return m.WatchNetwork()
 	}
 	return nil, false
 }
@@ -9574,6 +9684,10 @@ func (m *VoucherMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldSettlement(ctx)
 	case voucher.FieldSettlementNetwork:
 		return m.OldSettlementNetwork(ctx)
+	case voucher.FieldDeposit:
+		return m.OldDeposit(ctx)
+	case voucher.FieldWatchNetwork:
+		return m.OldWatchNetwork(ctx)
 	}
 	return nil, fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -9765,6 +9879,20 @@ func (m *VoucherMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetSettlementNetwork(v)
 		return nil
+	case voucher.FieldDeposit:
+		v, ok := value.(*payment.Deposit)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetDeposit(v)
+		return nil
+	case voucher.FieldWatchNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetWatchNetwork(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -9861,6 +9989,12 @@ func (m *VoucherMutation) ClearedFields() []string {
 	if m.FieldCleared(voucher.FieldSettlementNetwork) {
 		fields = append(fields, voucher.FieldSettlementNetwork)
 	}
+	if m.FieldCleared(voucher.FieldDeposit) {
+		fields = append(fields, voucher.FieldDeposit)
+	}
+	if m.FieldCleared(voucher.FieldWatchNetwork) {
+		fields = append(fields, voucher.FieldWatchNetwork)
+	}
 	return fields
 }
 
@@ -9925,6 +10059,12 @@ func (m *VoucherMutation) ClearField(name string) error {
 		return nil
 	case voucher.FieldSettlementNetwork:
 		m.ClearSettlementNetwork()
+		return nil
+	case voucher.FieldDeposit:
+		m.ClearDeposit()
+		return nil
+	case voucher.FieldWatchNetwork:
+		m.ClearWatchNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher nullable field %s", name)
@@ -10011,6 +10151,12 @@ func (m *VoucherMutation) ResetField(name string) error {
 		return nil
 	case voucher.FieldSettlementNetwork:
 		m.ResetSettlementNetwork()
+		return nil
+	case voucher.FieldDeposit:
+		m.ResetDeposit()
+		return nil
+	case voucher.FieldWatchNetwork:
+		m.ResetWatchNetwork()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)

@@ -73,6 +73,10 @@ type Voucher struct {
 	Settlement *payment.Settlement `json:"settlement,omitempty"`
 	// SettlementNetwork holds the value of the "settlement_network" field.
 	SettlementNetwork *string `json:"settlement_network,omitempty"`
+	// Deposit holds the value of the "deposit" field.
+	Deposit *payment.Deposit `json:"deposit,omitempty"`
+	// WatchNetwork holds the value of the "watch_network" field.
+	WatchNetwork *string `json:"watch_network,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the VoucherQuery when eager-loading is set.
 	Edges        VoucherEdges `json:"edges"`
@@ -117,11 +121,11 @@ func (*Voucher) scanValues(columns []string) ([]any, error) {
 	values := make([]any, len(columns))
 	for i := range columns {
 		switch columns[i] {
-		case voucher.FieldExpectedPayment, voucher.FieldSuppliedPayment, voucher.FieldNetworks, voucher.FieldPayments, voucher.FieldExtras, voucher.FieldPayeeInfo, voucher.FieldReceipts, voucher.FieldSettlement:
+		case voucher.FieldExpectedPayment, voucher.FieldSuppliedPayment, voucher.FieldNetworks, voucher.FieldPayments, voucher.FieldExtras, voucher.FieldPayeeInfo, voucher.FieldReceipts, voucher.FieldSettlement, voucher.FieldDeposit:
 			values[i] = new([]byte)
 		case voucher.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork:
+		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork, voucher.FieldWatchNetwork:
 			values[i] = new(sql.NullString)
 		case voucher.FieldCreatedAt, voucher.FieldUpdatedAt, voucher.FieldExpiresAt:
 			values[i] = new(sql.NullTime)
@@ -327,6 +331,21 @@ func (_m *Voucher) assignValues(columns []string, values []any) error {
 				_m.SettlementNetwork = new(string)
 				*_m.SettlementNetwork = value.String
 			}
+		case voucher.FieldDeposit:
+			if value, ok := values[i].(*[]byte); !ok {
+				return fmt.Errorf("unexpected type %T for field deposit", values[i])
+			} else if value != nil && len(*value) > 0 {
+				if err := json.Unmarshal(*value, &_m.Deposit); err != nil {
+					return fmt.Errorf("unmarshal field deposit: %w", err)
+				}
+			}
+		case voucher.FieldWatchNetwork:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field watch_network", values[i])
+			} else if value.Valid {
+				_m.WatchNetwork = new(string)
+				*_m.WatchNetwork = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -463,6 +482,14 @@ func (_m *Voucher) String() string {
 	builder.WriteString(", ")
 	if v := _m.SettlementNetwork; v != nil {
 		builder.WriteString("settlement_network=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	builder.WriteString("deposit=")
+	builder.WriteString(fmt.Sprintf("%v", _m.Deposit))
+	builder.WriteString(", ")
+	if v := _m.WatchNetwork; v != nil {
+		builder.WriteString("watch_network=")
 		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')

@@ -287,6 +287,26 @@ func (_c *VoucherCreate) SetNillableSettlementNetwork(v *string) *VoucherCreate 
 	return _c
 }
 
+// SetDeposit sets the "deposit" field.
+func (_c *VoucherCreate) SetDeposit(v *payment.Deposit) *VoucherCreate {
+	_c.mutation.SetDeposit(v)
+	return _c
+}
+
+// SetWatchNetwork sets the "watch_network" field.
+func (_c *VoucherCreate) SetWatchNetwork(v string) *VoucherCreate {
+	_c.mutation.SetWatchNetwork(v)
+	return _c
+}
+
+// SetNillableWatchNetwork sets the "watch_network" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableWatchNetwork(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetWatchNetwork(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *VoucherCreate) SetID(v string) *VoucherCreate {
 	_c.mutation.SetID(v)
@@ -561,6 +581,14 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.SettlementNetwork(); ok {
 		_spec.SetField(voucher.FieldSettlementNetwork, field.TypeString, value)
 		_node.SettlementNetwork = &value
+	}
+	if value, ok := _c.mutation.Deposit(); ok {
+		_spec.SetField(voucher.FieldDeposit, field.TypeJSON, value)
+		_node.Deposit = value
+	}
+	if value, ok := _c.mutation.WatchNetwork(); ok {
+		_spec.SetField(voucher.FieldWatchNetwork, field.TypeString, value)
+		_node.WatchNetwork = &value
 	}
 	if nodes := _c.mutation.SessionIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -936,6 +964,24 @@ func (u *VoucherUpsert) ClearSettlementNetwork() *VoucherUpsert {
 	return u
 }
 
+// SetDeposit sets the "deposit" field.
+func (u *VoucherUpsert) SetDeposit(v *payment.Deposit) *VoucherUpsert {
+	u.Set(voucher.FieldDeposit, v)
+	return u
+}
+
+// UpdateDeposit sets the "deposit" field to the value that was provided on create.
+func (u *VoucherUpsert) UpdateDeposit() *VoucherUpsert {
+	u.SetExcluded(voucher.FieldDeposit)
+	return u
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (u *VoucherUpsert) ClearDeposit() *VoucherUpsert {
+	u.SetNull(voucher.FieldDeposit)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create except the ID field.
 // Using this option is equivalent to using:
 //
@@ -979,6 +1025,9 @@ func (u *VoucherUpsertOne) UpdateNewValues() *VoucherUpsertOne {
 		}
 		if _, exists := u.create.mutation.CheckoutTokenHash(); exists {
 			s.SetIgnore(voucher.FieldCheckoutTokenHash)
+		}
+		if _, exists := u.create.mutation.WatchNetwork(); exists {
+			s.SetIgnore(voucher.FieldWatchNetwork)
 		}
 	}))
 	return u
@@ -1347,6 +1396,27 @@ func (u *VoucherUpsertOne) ClearSettlementNetwork() *VoucherUpsertOne {
 	})
 }
 
+// SetDeposit sets the "deposit" field.
+func (u *VoucherUpsertOne) SetDeposit(v *payment.Deposit) *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetDeposit(v)
+	})
+}
+
+// UpdateDeposit sets the "deposit" field to the value that was provided on create.
+func (u *VoucherUpsertOne) UpdateDeposit() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateDeposit()
+	})
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (u *VoucherUpsertOne) ClearDeposit() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearDeposit()
+	})
+}
+
 // Exec executes the query.
 func (u *VoucherUpsertOne) Exec(ctx context.Context) error {
 	if len(u.create.conflict) == 0 {
@@ -1556,6 +1626,9 @@ func (u *VoucherUpsertBulk) UpdateNewValues() *VoucherUpsertBulk {
 			}
 			if _, exists := b.mutation.CheckoutTokenHash(); exists {
 				s.SetIgnore(voucher.FieldCheckoutTokenHash)
+			}
+			if _, exists := b.mutation.WatchNetwork(); exists {
+				s.SetIgnore(voucher.FieldWatchNetwork)
 			}
 		}
 	}))
@@ -1922,6 +1995,27 @@ func (u *VoucherUpsertBulk) UpdateSettlementNetwork() *VoucherUpsertBulk {
 func (u *VoucherUpsertBulk) ClearSettlementNetwork() *VoucherUpsertBulk {
 	return u.Update(func(s *VoucherUpsert) {
 		s.ClearSettlementNetwork()
+	})
+}
+
+// SetDeposit sets the "deposit" field.
+func (u *VoucherUpsertBulk) SetDeposit(v *payment.Deposit) *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetDeposit(v)
+	})
+}
+
+// UpdateDeposit sets the "deposit" field to the value that was provided on create.
+func (u *VoucherUpsertBulk) UpdateDeposit() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateDeposit()
+	})
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (u *VoucherUpsertBulk) ClearDeposit() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearDeposit()
 	})
 }
 

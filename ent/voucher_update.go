@@ -313,6 +313,18 @@ func (_u *VoucherUpdate) ClearSettlementNetwork() *VoucherUpdate {
 	return _u
 }
 
+// SetDeposit sets the "deposit" field.
+func (_u *VoucherUpdate) SetDeposit(v *payment.Deposit) *VoucherUpdate {
+	_u.mutation.SetDeposit(v)
+	return _u
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (_u *VoucherUpdate) ClearDeposit() *VoucherUpdate {
+	_u.mutation.ClearDeposit()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdate) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -521,6 +533,15 @@ func (_u *VoucherUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.SettlementNetworkCleared() {
 		_spec.ClearField(voucher.FieldSettlementNetwork, field.TypeString)
+	}
+	if value, ok := _u.mutation.Deposit(); ok {
+		_spec.SetField(voucher.FieldDeposit, field.TypeJSON, value)
+	}
+	if _u.mutation.DepositCleared() {
+		_spec.ClearField(voucher.FieldDeposit, field.TypeJSON)
+	}
+	if _u.mutation.WatchNetworkCleared() {
+		_spec.ClearField(voucher.FieldWatchNetwork, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -825,6 +846,18 @@ func (_u *VoucherUpdateOne) ClearSettlementNetwork() *VoucherUpdateOne {
 	return _u
 }
 
+// SetDeposit sets the "deposit" field.
+func (_u *VoucherUpdateOne) SetDeposit(v *payment.Deposit) *VoucherUpdateOne {
+	_u.mutation.SetDeposit(v)
+	return _u
+}
+
+// ClearDeposit clears the value of the "deposit" field.
+func (_u *VoucherUpdateOne) ClearDeposit() *VoucherUpdateOne {
+	_u.mutation.ClearDeposit()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdateOne) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -1063,6 +1096,15 @@ func (_u *VoucherUpdateOne) sqlSave(ctx context.Context) (_node *Voucher, err er
 	}
 	if _u.mutation.SettlementNetworkCleared() {
 		_spec.ClearField(voucher.FieldSettlementNetwork, field.TypeString)
+	}
+	if value, ok := _u.mutation.Deposit(); ok {
+		_spec.SetField(voucher.FieldDeposit, field.TypeJSON, value)
+	}
+	if _u.mutation.DepositCleared() {
+		_spec.ClearField(voucher.FieldDeposit, field.TypeJSON)
+	}
+	if _u.mutation.WatchNetworkCleared() {
+		_spec.ClearField(voucher.FieldWatchNetwork, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Voucher{config: _u.config}

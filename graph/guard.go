@@ -18,7 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 )
 
-// No document holds a CPU (DECISIONS.md, "Hardening"): documentBounds
+// No document holds a CPU (docs/hardening.md): documentBounds
 // measures every document gqlgen has not already validated before gqlgen
 // parses and validates it (graph/bounds), the complexity walk costs each
 // fragment once (graph/engine/complexity.go), every request runs under a time budget,

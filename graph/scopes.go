@@ -11,12 +11,13 @@ import (
 	"github.com/voucherd/voucherd/internal/operation"
 )
 
-// keyScopes is the GraphQL door's one check of a business's API key
-// against the operations table (operation.AdmitKey): every root field by
-// its operation, and every nested field the table names (Business.events,
-// Business.webhookEndpoints, ...) by the operation whose reads it makes.
-// A root field the table does not know is closed to keys. Other callers
-// pass untouched (their guards are the services').
+// keyScopes brings a business's API key to operation.Authorize on the
+// GraphQL door where no service would: every nested field the table names
+// (Business.webhookEndpoints and Business.widgets are ent edges that no
+// service reads) by the operation whose reads it makes, and every root
+// field by its operation before any resolver runs (a root field the table
+// does not know is closed to keys). Other callers pass untouched: their
+// guards are applied by the services (operation.Caller).
 func keyScopes(ctx context.Context, next graphql.Resolver) (any, error) {
 	p := auth.FromContext(ctx)
 	if !p.IsAPIKey() {
@@ -32,13 +33,13 @@ func keyScopes(ctx context.Context, next graphql.Resolver) (any, error) {
 		if !ok {
 			return nil, apperr.Newf(apperr.Forbidden, "%s is not open to API keys", fc.Field.Name)
 		}
-		if err := operation.AdmitKey(op, p); err != nil {
+		if err := operation.Authorize(op, p); err != nil {
 			return nil, err
 		}
 		return next(ctx)
 	}
 	if op, ok := operation.ByNestedField(field); ok {
-		if err := operation.AdmitKey(op, p); err != nil {
+		if err := operation.Authorize(op, p); err != nil {
 			return nil, err
 		}
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // Sockets finds the open websockets of a principal, so that they end when
-// the grounds of their token end before the token does (DECISIONS.md,
+// the grounds of their token end before the token does (docs/hardening.md,
 // "Hardening"): a voucher session closed (its payee's resource token; the
 // principal's id is the session's), or a user's membership made INACTIVE
 // (the user's sockets). End closes them with 4403, as at a token's

@@ -124,7 +124,7 @@ func TestFoundationEndToEnd(t *testing.T) {
 				t.Fatalf("another payer sees someone's sessions: %s", g.Data)
 			}
 			// The first session was closed above, which ended its resource
-			// token (DECISIONS.md, "Hardening"); a live one is forbidden.
+			// token (docs/hardening.md); a live one is forbidden.
 			if g = srv.GraphQL(t, payee.Token, `{ voucherSessions { totalCount } }`, nil); g.ErrorCode() != "unauthorized" {
 				t.Fatalf("the token of a closed session lists sessions: %s %+v", g.Data, g.Errors)
 			}

@@ -37,7 +37,7 @@ type hostileCase struct {
 	raw bool
 }
 
-// The hostile-input catalogue (issue 18, DECISIONS.md "Hardening"): every
+// The hostile-input catalogue (issue 18, docs/hardening.md): every
 // class of bad input, through both doors, against the binary on SQLite
 // and PostgreSQL. Each request must be answered with its code within the
 // time bound, and the stored state must be exactly what it was.

@@ -102,9 +102,10 @@ func (s *server) routes() {
 }
 
 // route serves op's REST pattern (and its aliases) with h. Before h reads
-// anything, the request spends a unit of op's budget and passes op's guard,
-// so a caller without the right token gets 401/403 whatever it sent (the
-// services apply the same guard again; this only fixes the order of errors).
+// anything, the request spends a unit of op's budget and is admitted to op
+// (operation.Admit: the door's one check of the table's guard), so a caller
+// without the right token gets 401/403 whatever it sent; the service h
+// calls finds the admission in the context and does not judge again.
 func (s *server) route(op *operation.Op, h handlerFunc) {
 	if op.REST == "" {
 		panic("rest: operation " + op.Name + " has no REST route")
@@ -123,11 +124,12 @@ func (s *server) route(op *operation.Op, h handlerFunc) {
 				return
 			}
 		}
-		p, err := admit(r.Context(), op)
+		ctx, p, err := operation.Admit(r.Context(), op)
 		if err != nil {
 			httpx.WriteError(w, r, s.log, err)
 			return
 		}
+		r = r.WithContext(ctx)
 		// Path ids and query values keep the text rules (no NUL, valid
 		// UTF-8) before any handler reads them; bodies are checked by
 		// the decoder.
@@ -149,15 +151,6 @@ func (s *server) route(op *operation.Op, h handlerFunc) {
 		s.table = append(s.table, Route{Method: method, Path: strings.TrimSuffix(path, "{$}"), Pattern: pattern, Group: group, Token: guardName(op.Guard)})
 		s.mux.HandleFunc(pattern, guarded)
 	}
-}
-
-// admit is the door's check of the caller against op: an API key by its
-// scopes (operation.AdmitKey), any other caller by op's guard.
-func admit(ctx context.Context, op *operation.Op) (*auth.Principal, error) {
-	if p := auth.FromContext(ctx); p.IsAPIKey() {
-		return p, operation.AdmitKey(op, p)
-	}
-	return op.Guard.Check(ctx)
 }
 
 // caller names whoever holds an idempotency key: the token's subject, or

@@ -15,7 +15,7 @@ import (
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
-// A websocket ends with the grounds of its token (DECISIONS.md,
+// A websocket ends with the grounds of its token (docs/hardening.md,
 // "Hardening"), against the binary on both databases and, on PostgreSQL,
 // across two replicas (the end is committed on one, the socket is open on
 // the other):

@@ -322,6 +322,8 @@ var (
 		{Name: "expires_at", Type: field.TypeTime},
 		{Name: "settlement", Type: field.TypeJSON, Nullable: true},
 		{Name: "settlement_network", Type: field.TypeString, Nullable: true},
+		{Name: "deposit", Type: field.TypeJSON, Nullable: true},
+		{Name: "watch_network", Type: field.TypeString, Nullable: true},
 		{Name: "business_id", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "session_id", Type: field.TypeString, Size: 64},
 	}
@@ -333,13 +335,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "vouchers_businesses_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[25]},
+				Columns:    []*schema.Column{VouchersColumns[27]},
 				RefColumns: []*schema.Column{BusinessesColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
 			{
 				Symbol:     "vouchers_voucher_sessions_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[26]},
+				Columns:    []*schema.Column{VouchersColumns[28]},
 				RefColumns: []*schema.Column{VoucherSessionsColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -353,7 +355,7 @@ var (
 			{
 				Name:    "voucher_session_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[26], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[28], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_payer_id_created_at",
@@ -368,7 +370,7 @@ var (
 			{
 				Name:    "voucher_business_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[25], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[27], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_status_expires_at",
@@ -379,6 +381,11 @@ var (
 				Name:    "voucher_settlement_network",
 				Unique:  false,
 				Columns: []*schema.Column{VouchersColumns[24]},
+			},
+			{
+				Name:    "voucher_watch_network_expires_at",
+				Unique:  false,
+				Columns: []*schema.Column{VouchersColumns[26], VouchersColumns[22]},
 			},
 		},
 	}

@@ -114,6 +114,16 @@ func (Voucher) Fields() []ent.Field {
 		// PENDING on a verified network, and is NULL otherwise: the
 		// settlement watcher's work list is an index range on it.
 		field.String("settlement_network").Optional().Nillable().Annotations(entgql.Skip()),
+		// deposit is a checkout's deposit address, its payout wallet and
+		// its sweep (payment.Deposit); NULL for every other voucher.
+		field.JSON("deposit", &payment.Deposit{}).Optional().
+			Annotations(entgql.Type("Deposit"), entgql.Skip(entgql.SkipWhereInput)),
+		// watch_network names the network of a checkout with a deposit
+		// address for as long as the watcher looks for payments to it
+		// (until expires_at + the settlement window, whatever the
+		// voucher's status): the detection work list is an index range on
+		// (watch_network, expires_at).
+		field.String("watch_network").Optional().Nillable().Immutable().Annotations(entgql.Skip()),
 	}
 }
 
@@ -137,6 +147,8 @@ func (Voucher) Indexes() []ent.Index {
 		index.Fields("status", "expires_at"),
 		// The settlement watcher finds the vouchers pending on a network.
 		index.Fields("settlement_network"),
+		// The watcher finds the deposit addresses it watches on a network.
+		index.Fields("watch_network", "expires_at"),
 	}
 }
 

@@ -69,6 +69,10 @@ const (
 	FieldSettlement = "settlement"
 	// FieldSettlementNetwork holds the string denoting the settlement_network field in the database.
 	FieldSettlementNetwork = "settlement_network"
+	// FieldDeposit holds the string denoting the deposit field in the database.
+	FieldDeposit = "deposit"
+	// FieldWatchNetwork holds the string denoting the watch_network field in the database.
+	FieldWatchNetwork = "watch_network"
 	// EdgeSession holds the string denoting the session edge name in mutations.
 	EdgeSession = "session"
 	// EdgeBusiness holds the string denoting the business edge name in mutations.
@@ -120,6 +124,8 @@ var Columns = []string{
 	FieldExpiresAt,
 	FieldSettlement,
 	FieldSettlementNetwork,
+	FieldDeposit,
+	FieldWatchNetwork,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -300,6 +306,11 @@ func ByExpiresAt(opts ...sql.OrderTermOption) OrderOption {
 // BySettlementNetwork orders the results by the settlement_network field.
 func BySettlementNetwork(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldSettlementNetwork, opts...).ToFunc()
+}
+
+// ByWatchNetwork orders the results by the watch_network field.
+func ByWatchNetwork(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldWatchNetwork, opts...).ToFunc()
 }
 
 // BySessionField orders the results by session field.

@@ -145,6 +145,11 @@ func SettlementNetwork(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldSettlementNetwork, v))
 }
 
+// WatchNetwork applies equality check predicate on the "watch_network" field. It's identical to WatchNetworkEQ.
+func WatchNetwork(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldWatchNetwork, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldCreatedAt, v))
@@ -1293,6 +1298,91 @@ func SettlementNetworkEqualFold(v string) predicate.Voucher {
 // SettlementNetworkContainsFold applies the ContainsFold predicate on the "settlement_network" field.
 func SettlementNetworkContainsFold(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldContainsFold(FieldSettlementNetwork, v))
+}
+
+// DepositIsNil applies the IsNil predicate on the "deposit" field.
+func DepositIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldDeposit))
+}
+
+// DepositNotNil applies the NotNil predicate on the "deposit" field.
+func DepositNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldDeposit))
+}
+
+// WatchNetworkEQ applies the EQ predicate on the "watch_network" field.
+func WatchNetworkEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldWatchNetwork, v))
+}
+
+// WatchNetworkNEQ applies the NEQ predicate on the "watch_network" field.
+func WatchNetworkNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldWatchNetwork, v))
+}
+
+// WatchNetworkIn applies the In predicate on the "watch_network" field.
+func WatchNetworkIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldWatchNetwork, vs...))
+}
+
+// WatchNetworkNotIn applies the NotIn predicate on the "watch_network" field.
+func WatchNetworkNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldWatchNetwork, vs...))
+}
+
+// WatchNetworkGT applies the GT predicate on the "watch_network" field.
+func WatchNetworkGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldWatchNetwork, v))
+}
+
+// WatchNetworkGTE applies the GTE predicate on the "watch_network" field.
+func WatchNetworkGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldWatchNetwork, v))
+}
+
+// WatchNetworkLT applies the LT predicate on the "watch_network" field.
+func WatchNetworkLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldWatchNetwork, v))
+}
+
+// WatchNetworkLTE applies the LTE predicate on the "watch_network" field.
+func WatchNetworkLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldWatchNetwork, v))
+}
+
+// WatchNetworkContains applies the Contains predicate on the "watch_network" field.
+func WatchNetworkContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldWatchNetwork, v))
+}
+
+// WatchNetworkHasPrefix applies the HasPrefix predicate on the "watch_network" field.
+func WatchNetworkHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldWatchNetwork, v))
+}
+
+// WatchNetworkHasSuffix applies the HasSuffix predicate on the "watch_network" field.
+func WatchNetworkHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldWatchNetwork, v))
+}
+
+// WatchNetworkIsNil applies the IsNil predicate on the "watch_network" field.
+func WatchNetworkIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldWatchNetwork))
+}
+
+// WatchNetworkNotNil applies the NotNil predicate on the "watch_network" field.
+func WatchNetworkNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldWatchNetwork))
+}
+
+// WatchNetworkEqualFold applies the EqualFold predicate on the "watch_network" field.
+func WatchNetworkEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldWatchNetwork, v))
+}
+
+// WatchNetworkContainsFold applies the ContainsFold predicate on the "watch_network" field.
+func WatchNetworkContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldWatchNetwork, v))
 }
 
 // HasSession applies the HasEdge predicate on the "session" edge.

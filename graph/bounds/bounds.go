@@ -1,5 +1,5 @@
 // Package bounds bounds a GraphQL document before it is validated, so that
-// no document can hold a CPU (DECISIONS.md, "Hardening").
+// no document can hold a CPU (docs/hardening.md).
 //
 // Validation is not linear in a document: the overlapping-fields rule
 // compares every pair of fields answering to one name (2,000 repeated

@@ -166,6 +166,12 @@ type ComplexityRoot struct {
 		ResponseStatus func(childComplexity int) int
 	}
 
+	Deposit struct {
+		Address       func(childComplexity int) int
+		PayoutAddress func(childComplexity int) int
+		Sweep         func(childComplexity int) int
+	}
+
 	Device struct {
 		CreatedAt func(childComplexity int) int
 		ID        func(childComplexity int) int
@@ -294,6 +300,8 @@ type ComplexityRoot struct {
 		Amount          func(childComplexity int) int
 		BlockNumber     func(childComplexity int) int
 		Confirmations   func(childComplexity int) int
+		Detected        func(childComplexity int) int
+		Late            func(childComplexity int) int
 		Reason          func(childComplexity int) int
 		Status          func(childComplexity int) int
 		TransactionHash func(childComplexity int) int
@@ -301,6 +309,12 @@ type ComplexityRoot struct {
 
 	Subscription struct {
 		VoucherUpdated func(childComplexity int, id *string, sessionID *string, businessID *string) int
+	}
+
+	Sweep struct {
+		Amount          func(childComplexity int) int
+		Status          func(childComplexity int) int
+		TransactionHash func(childComplexity int) int
 	}
 
 	TransactionInput struct {
@@ -328,6 +342,7 @@ type ComplexityRoot struct {
 		BusinessID      func(childComplexity int) int
 		Code            func(childComplexity int) int
 		CreatedAt       func(childComplexity int) int
+		Deposit         func(childComplexity int) int
 		DiscardReason   func(childComplexity int) int
 		ExchangeRate    func(childComplexity int) int
 		ExpectedPayment func(childComplexity int) int
@@ -970,6 +985,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.DeliveryAttempt.ResponseStatus(childComplexity), true
+
+	case "Deposit.address":
+		if e.ComplexityRoot.Deposit.Address == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Deposit.Address(childComplexity), true
+	case "Deposit.payoutAddress":
+		if e.ComplexityRoot.Deposit.PayoutAddress == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Deposit.PayoutAddress(childComplexity), true
+	case "Deposit.sweep":
+		if e.ComplexityRoot.Deposit.Sweep == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Deposit.Sweep(childComplexity), true
 
 	case "Device.createdAt":
 		if e.ComplexityRoot.Device.CreatedAt == nil {
@@ -1693,6 +1727,18 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.SettlementTransaction.Confirmations(childComplexity), true
+	case "SettlementTransaction.detected":
+		if e.ComplexityRoot.SettlementTransaction.Detected == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Detected(childComplexity), true
+	case "SettlementTransaction.late":
+		if e.ComplexityRoot.SettlementTransaction.Late == nil {
+			break
+		}
+
+		return e.ComplexityRoot.SettlementTransaction.Late(childComplexity), true
 	case "SettlementTransaction.reason":
 		if e.ComplexityRoot.SettlementTransaction.Reason == nil {
 			break
@@ -1723,6 +1769,25 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Subscription.VoucherUpdated(childComplexity, args["id"].(*string), args["sessionId"].(*string), args["businessId"].(*string)), true
+
+	case "Sweep.amount":
+		if e.ComplexityRoot.Sweep.Amount == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Sweep.Amount(childComplexity), true
+	case "Sweep.status":
+		if e.ComplexityRoot.Sweep.Status == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Sweep.Status(childComplexity), true
+	case "Sweep.transactionHash":
+		if e.ComplexityRoot.Sweep.TransactionHash == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Sweep.TransactionHash(childComplexity), true
 
 	case "TransactionInput.data":
 		if e.ComplexityRoot.TransactionInput.Data == nil {
@@ -1817,6 +1882,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Voucher.CreatedAt(childComplexity), true
+	case "Voucher.deposit":
+		if e.ComplexityRoot.Voucher.Deposit == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Voucher.Deposit(childComplexity), true
 	case "Voucher.discardReason":
 		if e.ComplexityRoot.Voucher.DiscardReason == nil {
 			break
@@ -3296,6 +3367,7 @@ type Voucher implements Node {
   reference: String
   expiresAt: Time!
   settlement: Settlement
+  deposit: Deposit
 }
 """
 A connection to a list of items.
@@ -4106,6 +4178,10 @@ type SettlementTransaction {
   confirmations: Int!
   "what this transaction paid of the due currency"
   amount: Decimal
+  "true when the watcher found it paying the checkout's deposit address (no receipt named it)"
+  detected: Boolean!
+  "true when it was mined after the voucher's expiresAt"
+  late: Boolean!
 }
 
 enum SettlementTransactionStatus {
@@ -4113,6 +4189,35 @@ enum SettlementTransactionStatus {
   MINED
   CONFIRMED
   INVALID
+}
+
+"""
+A checkout's deposit address (docs/settlement.md, "Deposit addresses"): its
+own address, from which funds can only go to the payout wallet.
+"""
+type Deposit {
+  "the checkout's own address (expectedPayment.wallet.address)"
+  address: String!
+  "the widget's wallet the deposit address forwards to, and nowhere else"
+  payoutAddress: String!
+  sweep: Sweep!
+}
+
+"What the service did to move a deposit address's funds to its payout wallet."
+type Sweep {
+  "NONE, PENDING, DONE or FAILED"
+  status: SweepStatus!
+  "the flush transaction of the last sweep"
+  transactionHash: String
+  "what the last sweep moved, in the due currency"
+  amount: Decimal
+}
+
+enum SweepStatus {
+  NONE
+  PENDING
+  DONE
+  FAILED
 }
 
 "Who the caller is."
@@ -4671,6 +4776,18 @@ func (ec *executionContext) childFields_DeliveryAttempt(ctx context.Context, fie
 	return nil, fmt.Errorf("no field named %q was found under type DeliveryAttempt", field.Name)
 }
 
+func (ec *executionContext) childFields_Deposit(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "address":
+		return ec.fieldContext_Deposit_address(ctx, field)
+	case "payoutAddress":
+		return ec.fieldContext_Deposit_payoutAddress(ctx, field)
+	case "sweep":
+		return ec.fieldContext_Deposit_sweep(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Deposit", field.Name)
+}
+
 func (ec *executionContext) childFields_Event(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -4831,8 +4948,24 @@ func (ec *executionContext) childFields_SettlementTransaction(ctx context.Contex
 		return ec.fieldContext_SettlementTransaction_confirmations(ctx, field)
 	case "amount":
 		return ec.fieldContext_SettlementTransaction_amount(ctx, field)
+	case "detected":
+		return ec.fieldContext_SettlementTransaction_detected(ctx, field)
+	case "late":
+		return ec.fieldContext_SettlementTransaction_late(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type SettlementTransaction", field.Name)
+}
+
+func (ec *executionContext) childFields_Sweep(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "status":
+		return ec.fieldContext_Sweep_status(ctx, field)
+	case "transactionHash":
+		return ec.fieldContext_Sweep_transactionHash(ctx, field)
+	case "amount":
+		return ec.fieldContext_Sweep_amount(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Sweep", field.Name)
 }
 
 func (ec *executionContext) childFields_TransactionInput(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -4909,6 +5042,8 @@ func (ec *executionContext) childFields_Voucher(ctx context.Context, field graph
 		return ec.fieldContext_Voucher_expiresAt(ctx, field)
 	case "settlement":
 		return ec.fieldContext_Voucher_settlement(ctx, field)
+	case "deposit":
+		return ec.fieldContext_Voucher_deposit(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Voucher", field.Name)
 }
@@ -8045,6 +8180,84 @@ func (ec *executionContext) fieldContext_DeliveryAttempt_delivery(_ context.Cont
 	return fc, nil
 }
 
+func (ec *executionContext) _Deposit_address(ctx context.Context, field graphql.CollectedField, obj *payment.Deposit) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Deposit_address(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Address, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Deposit_address(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Deposit", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Deposit_payoutAddress(ctx context.Context, field graphql.CollectedField, obj *payment.Deposit) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Deposit_payoutAddress(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.PayoutAddress, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Deposit_payoutAddress(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Deposit", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Deposit_sweep(ctx context.Context, field graphql.CollectedField, obj *payment.Deposit) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Deposit_sweep(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Sweep, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v payment.Sweep) graphql.Marshaler {
+			return ec.marshalNSweep2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSweep(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Deposit_sweep(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Deposit",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Sweep(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
 func (ec *executionContext) _Device_id(ctx context.Context, field graphql.CollectedField, obj *ent.Device) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -11024,6 +11237,52 @@ func (ec *executionContext) fieldContext_SettlementTransaction_amount(_ context.
 	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Decimal does not have child fields"))
 }
 
+func (ec *executionContext) _SettlementTransaction_detected(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_detected(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Detected, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_detected(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
+func (ec *executionContext) _SettlementTransaction_late(ctx context.Context, field graphql.CollectedField, obj *payment.SettlementTransaction) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_SettlementTransaction_late(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Late, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v bool) graphql.Marshaler {
+			return ec.marshalNBoolean2bool(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_SettlementTransaction_late(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("SettlementTransaction", field, false, false, errors.New("field of type Boolean does not have child fields"))
+}
+
 func (ec *executionContext) _Subscription_voucherUpdated(ctx context.Context, field graphql.CollectedField) (ret func(ctx context.Context) graphql.Marshaler) {
 	return graphql.ResolveFieldStream(
 		ctx,
@@ -11066,6 +11325,75 @@ func (ec *executionContext) fieldContext_Subscription_voucherUpdated(ctx context
 		return fc, err
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Sweep_status(ctx context.Context, field graphql.CollectedField, obj *payment.Sweep) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Sweep_status(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Status, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNSweepStatus2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Sweep_status(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Sweep", field, false, false, errors.New("field of type SweepStatus does not have child fields"))
+}
+
+func (ec *executionContext) _Sweep_transactionHash(ctx context.Context, field graphql.CollectedField, obj *payment.Sweep) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Sweep_transactionHash(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.TransactionHash, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalOString2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Sweep_transactionHash(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Sweep", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _Sweep_amount(ctx context.Context, field graphql.CollectedField, obj *payment.Sweep) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Sweep_amount(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Amount, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalODecimal2string(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Sweep_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Sweep", field, false, false, errors.New("field of type Decimal does not have child fields"))
 }
 
 func (ec *executionContext) _TransactionInput_from(ctx context.Context, field graphql.CollectedField, obj *payment.TransactionInput) (ret graphql.Marshaler) {
@@ -11899,6 +12227,38 @@ func (ec *executionContext) fieldContext_Voucher_settlement(_ context.Context, f
 		IsResolver: false,
 		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 			return ec.childFields_Settlement(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Voucher_deposit(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Voucher_deposit(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Deposit, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *payment.Deposit) graphql.Marshaler {
+			return ec.marshalODeposit2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐDeposit(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Voucher_deposit(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Voucher",
+		Field:      field,
+		IsMethod:   false,
+		IsResolver: false,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Deposit(ctx, field)
 		},
 	}
 	return fc, nil
@@ -20130,6 +20490,55 @@ func (ec *executionContext) _DeliveryAttempt(ctx context.Context, sel ast.Select
 	return out
 }
 
+var depositImplementors = []string{"Deposit"}
+
+func (ec *executionContext) _Deposit(ctx context.Context, sel ast.SelectionSet, obj *payment.Deposit) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, depositImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Deposit")
+		case "address":
+			out.Values[i] = ec._Deposit_address(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "payoutAddress":
+			out.Values[i] = ec._Deposit_payoutAddress(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "sweep":
+			out.Values[i] = ec._Deposit_sweep(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var deviceImplementors = []string{"Device", "Node"}
 
 func (ec *executionContext) _Device(ctx context.Context, sel ast.SelectionSet, obj *ent.Device) graphql.Marshaler {
@@ -21402,6 +21811,16 @@ func (ec *executionContext) _SettlementTransaction(ctx context.Context, sel ast.
 			}
 		case "amount":
 			out.Values[i] = ec._SettlementTransaction_amount(ctx, field, obj)
+		case "detected":
+			out.Values[i] = ec._SettlementTransaction_detected(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "late":
+			out.Values[i] = ec._SettlementTransaction_late(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -21443,6 +21862,49 @@ func (ec *executionContext) _Subscription(ctx context.Context, sel ast.Selection
 	default:
 		panic("unknown field " + strconv.Quote(fields[0].Name))
 	}
+}
+
+var sweepImplementors = []string{"Sweep"}
+
+func (ec *executionContext) _Sweep(ctx context.Context, sel ast.SelectionSet, obj *payment.Sweep) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, sweepImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("Sweep")
+		case "status":
+			out.Values[i] = ec._Sweep_status(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "transactionHash":
+			out.Values[i] = ec._Sweep_transactionHash(ctx, field, obj)
+		case "amount":
+			out.Values[i] = ec._Sweep_amount(ctx, field, obj)
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
 }
 
 var transactionInputImplementors = []string{"TransactionInput"}
@@ -21714,6 +22176,8 @@ func (ec *executionContext) _Voucher(ctx context.Context, sel ast.SelectionSet, 
 			}
 		case "settlement":
 			out.Values[i] = ec._Voucher_settlement(ctx, field, obj)
+		case "deposit":
+			out.Values[i] = ec._Voucher_deposit(ctx, field, obj)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -23881,6 +24345,26 @@ func (ec *executionContext) marshalNString2ᚖstring(ctx context.Context, sel as
 	return res
 }
 
+func (ec *executionContext) marshalNSweep2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐSweep(ctx context.Context, sel ast.SelectionSet, v payment.Sweep) graphql.Marshaler {
+	return ec._Sweep(ctx, sel, &v)
+}
+
+func (ec *executionContext) unmarshalNSweepStatus2string(ctx context.Context, v any) (string, error) {
+	res, err := graphql.UnmarshalString(v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNSweepStatus2string(ctx context.Context, sel ast.SelectionSet, v string) graphql.Marshaler {
+	_ = sel
+	res := graphql.MarshalString(v)
+	if res == graphql.Null {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+	}
+	return res
+}
+
 func (ec *executionContext) unmarshalNTime2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapitimeᚐTime(ctx context.Context, v any) (apitime.Time, error) {
 	var res apitime.Time
 	err := res.UnmarshalGQL(v)
@@ -24922,6 +25406,13 @@ func (ec *executionContext) marshalODecimal2ᚖstring(ctx context.Context, sel a
 	_ = ctx
 	res := scalars.MarshalDecimal(*v)
 	return res
+}
+
+func (ec *executionContext) marshalODeposit2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋpaymentᚐDeposit(ctx context.Context, sel ast.SelectionSet, v *payment.Deposit) graphql.Marshaler {
+	if v == nil {
+		return graphql.Null
+	}
+	return ec._Deposit(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalOID2ᚕstringᚄ(ctx context.Context, v any) ([]string, error) {

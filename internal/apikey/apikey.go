@@ -32,6 +32,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -153,28 +154,12 @@ func scopeList() string {
 	return strings.Join(s, ", ")
 }
 
-// manager returns the business when the caller is an OWNER or ADMIN of it
-// (a user token: key management is never open to a key).
-func (s *Service) manager(ctx context.Context, businessID string) (*ent.Business, error) {
-	p, err := auth.RequireUser(ctx)
-	if err != nil {
-		return nil, err
-	}
-	b, m, err := business.Membership(ctx, s.db.Client, businessID, p.ID)
-	if err != nil {
-		return nil, err
-	}
-	if err := business.RequireManager(m); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
 // Create makes a key for the business (OWNER or ADMIN of an ACTIVE
-// business; at most MaxPerBusiness live keys) and returns it with the key,
+// business, never a key: the operation names no scope; at most
+// MaxPerBusiness live keys) and returns it with the key,
 // the only time it is shown.
 func (s *Service) Create(ctx context.Context, businessID string, in CreateInput) (*WithKey, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.CreateAPIKey, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -222,11 +207,7 @@ func (s *Service) Create(ctx context.Context, businessID string, in CreateInput)
 
 // List returns the business's live keys, oldest first (any ACTIVE member).
 func (s *Service) List(ctx context.Context, businessID string) ([]*ent.APIKey, error) {
-	p, err := auth.RequireUser(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := business.Membership(ctx, s.db.Client, businessID, p.ID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.ListAPIKeys, businessID); err != nil {
 		return nil, err
 	}
 	rows, err := s.db.APIKey.Query().
@@ -245,7 +226,7 @@ func (s *Service) List(ctx context.Context, businessID string) ([]*ent.APIKey, e
 // (revocation.Ends.End), so the caller's next request with it is refused
 // wherever it lands.
 func (s *Service) Revoke(ctx context.Context, businessID, id string) (*ent.APIKey, error) {
-	if _, err := s.manager(ctx, businessID); err != nil {
+	if _, err := business.Manager(ctx, s.db.Client, operation.RevokeAPIKey, businessID); err != nil {
 		return nil, err
 	}
 	k, err := s.db.APIKey.Query().Where(entapikey.ID(id), entapikey.BusinessID(businessID)).Only(ctx)

@@ -15,7 +15,7 @@ import (
 // the REST body's "code" and in GraphQL's extensions.code.
 type Code string
 
-// Codes from the spec's error table and from DECISIONS.md.
+// Codes of the service's error table (docs/api.md, "Errors").
 const (
 	ValidationFailed   Code = "validation_failed"
 	Unauthorized       Code = "unauthorized"

@@ -1,6 +1,7 @@
 // Package auth knows who is calling: the principal a bearer token proves, how
 // it travels in a context, and the guards of the spec (registered user,
-// registered user or resource, business user) that services apply.
+// registered user or resource, business user) that internal/operation
+// applies to each operation.
 package auth
 
 import (
@@ -108,43 +109,9 @@ func FromContext(ctx context.Context) *Principal {
 
 var errUnauthorized = apperr.New(apperr.Unauthorized, "bearer token missing or invalid")
 
-// RequireAny is for routes open to every kind of token (RegisteredUserOrResourceGuard).
-func RequireAny(ctx context.Context) (*Principal, error) {
-	p := FromContext(ctx)
-	if p == nil {
-		return nil, errUnauthorized
-	}
-	return p, nil
-}
-
-// RequireRegistered is the spec's RegisteredUserGuard: a user or device token.
-func RequireRegistered(ctx context.Context) (*Principal, error) {
-	p := FromContext(ctx)
-	if p == nil {
-		return nil, errUnauthorized
-	}
-	if !p.IsRegistered() {
-		return nil, apperr.New(apperr.Forbidden, "this operation needs a registered user or device token")
-	}
-	return p, nil
-}
-
-// RequireUser admits only email-password users: the token half of the spec's
-// BusinessUserGuard (membership is checked by the business service).
-func RequireUser(ctx context.Context) (*Principal, error) {
-	p := FromContext(ctx)
-	if p == nil {
-		return nil, errUnauthorized
-	}
-	if p.Kind != KindUser {
-		return nil, apperr.New(apperr.Forbidden, "this operation needs a user token")
-	}
-	return p, nil
-}
-
 // Guard is the token check an operation declares (the spec's guards).
-// internal/operation gives every operation one; the REST door applies it
-// before reading a body, and the services apply the same check.
+// internal/operation gives every operation one and is the one place that
+// applies it (operation.Authorize).
 type Guard uint8
 
 const (
@@ -164,19 +131,28 @@ const (
 	GuardWidgetClient
 )
 
-// Check applies the guard to the caller in ctx. An open guard returns the
-// caller, possibly nil, and never an error.
-func (g Guard) Check(ctx context.Context) (*Principal, error) {
+// Err applies the guard to caller p (nil: no token): nil when it passes,
+// else unauthorized (no token) or forbidden (a token of the wrong kind).
+// An open guard, and a widget client's (whose credentials the widget
+// service judges), pass every caller.
+func (g Guard) Err(p *Principal) error {
 	switch g {
-	case GuardAny:
-		return RequireAny(ctx)
-	case GuardRegistered:
-		return RequireRegistered(ctx)
-	case GuardUser:
-		return RequireUser(ctx)
-	default:
-		return FromContext(ctx), nil
+	case GuardOpen, GuardWidgetClient:
+		return nil
 	}
+	if p == nil {
+		return errUnauthorized
+	}
+	if g.Admits(&p.Kind) {
+		return nil
+	}
+	switch g {
+	case GuardRegistered:
+		return apperr.New(apperr.Forbidden, "this operation needs a registered user or device token")
+	case GuardUser:
+		return apperr.New(apperr.Forbidden, "this operation needs a user token")
+	}
+	return apperr.New(apperr.Forbidden, "this operation does not admit this token")
 }
 
 // Admits reports whether a caller of kind k (nil for no token) passes g.

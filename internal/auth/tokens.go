@@ -28,7 +28,7 @@ import (
 // kind field, prefix and sub disagree is rejected: the kind can never be
 // inferred from a half-filled token.
 
-// Defaults from DECISIONS.md.
+// Defaults (docs/api.md, "Tokens").
 const (
 	DefaultUserTTL     = time.Hour
 	DefaultDeviceTTL   = time.Hour

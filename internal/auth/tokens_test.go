@@ -716,11 +716,11 @@ func TestVerifiedPrincipalThroughGuards(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := WithPrincipal(context.Background(), p)
-	if _, err := RequireAny(ctx); err != nil {
-		t.Errorf("RequireAny: %v", err)
+	if err := GuardAny.Err(FromContext(ctx)); err != nil {
+		t.Errorf("GuardAny: %v", err)
 	}
-	if _, err := RequireRegistered(ctx); apperr.CodeOf(err) != apperr.Forbidden {
-		t.Errorf("RequireRegistered with resource token: %v", err)
+	if err := GuardRegistered.Err(FromContext(ctx)); apperr.CodeOf(err) != apperr.Forbidden {
+		t.Errorf("GuardRegistered with resource token: %v", err)
 	}
 }
 

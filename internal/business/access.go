@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 )
 
 // MayFollow reports whether the caller in ctx may follow businessID's
@@ -20,42 +21,58 @@ import (
 // subscription asks again while it lives, so a membership made INACTIVE
 // stops it.
 func MayFollow(ctx context.Context, c *ent.Client, businessID string) error {
-	p, err := auth.RequireUser(ctx)
-	if err != nil {
-		return err
-	}
-	_, _, err = Membership(ctx, c, businessID, p.ID)
+	_, _, err := Member(ctx, c, operation.GetBusiness, businessID)
 	return err
 }
 
-// Caller returns the business and the caller's standing in it when the
-// caller in ctx may act for businessID: a user token's ACTIVE membership,
-// or an API key of that very business. A key stands as an ADMIN member:
-// which of the business's operations it reaches at all is decided before
-// any service runs, by the operation's scope (internal/operation), and the
-// operations no scope names (members, API keys, the business's own
-// settings) are never open to a key. Anyone else, and a key of another
-// business, gets not_found.
-func Caller(ctx context.Context, c *ent.Client, businessID string) (*ent.Business, *ent.BusinessUser, error) {
-	p := auth.FromContext(ctx)
-	if p.IsAPIKey() {
-		if p.BusinessID != businessID {
-			return nil, nil, apperr.New(apperr.NotFound, "business not found")
-		}
-		b, err := c.Business.Get(ctx, businessID)
-		if ent.IsNotFound(err) {
-			return nil, nil, apperr.New(apperr.NotFound, "business not found")
-		}
-		if err != nil {
-			return nil, nil, apperr.InternalError(err)
-		}
-		return b, &ent.BusinessUser{BusinessID: b.ID, Role: businessuser.RoleADMIN, Status: businessuser.StatusACTIVE}, nil
-	}
-	p, err := auth.RequireUser(ctx)
+// Member admits the caller in ctx to op (a business-scoped operation: its
+// guard asks for a user token) and returns the business and the caller's
+// membership when the caller is an ACTIVE member of it; not_found
+// otherwise. Every service acting for a business starts with it (or
+// Manager).
+//
+// A business's API key, once its scope admitted it to op, stands as an
+// ADMIN member of its own business: what it may do there at all is the
+// operation's scope (operation.Authorize), and the operations no scope
+// names (members, API keys, the business's settings) are never open to a
+// key. A key of another business gets not_found.
+func Member(ctx context.Context, c *ent.Client, op *operation.Op, businessID string) (*ent.Business, *ent.BusinessUser, error) {
+	p, err := operation.Caller(ctx, op)
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.IsAPIKey() {
+		return keyStanding(ctx, c, p, businessID)
+	}
 	return Membership(ctx, c, businessID, p.ID)
+}
+
+// keyStanding is an API key's standing in businessID: an ADMIN of its own
+// business, a stranger to any other.
+func keyStanding(ctx context.Context, c *ent.Client, p *auth.Principal, businessID string) (*ent.Business, *ent.BusinessUser, error) {
+	if p.BusinessID != businessID {
+		return nil, nil, apperr.New(apperr.NotFound, "business not found")
+	}
+	b, err := c.Business.Get(ctx, businessID)
+	if ent.IsNotFound(err) {
+		return nil, nil, apperr.New(apperr.NotFound, "business not found")
+	}
+	if err != nil {
+		return nil, nil, apperr.InternalError(err)
+	}
+	return b, &ent.BusinessUser{BusinessID: b.ID, Role: businessuser.RoleADMIN, Status: businessuser.StatusACTIVE}, nil
+}
+
+// Manager is Member plus the OWNER or ADMIN role (forbidden without it).
+func Manager(ctx context.Context, c *ent.Client, op *operation.Op, businessID string) (*ent.Business, error) {
+	b, m, err := Member(ctx, c, op, businessID)
+	if err != nil {
+		return nil, err
+	}
+	if err := RequireManager(m); err != nil {
+		return nil, err
+	}
+	return b, nil
 }
 
 // Membership returns the business and the caller's membership in it when

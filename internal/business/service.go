@@ -14,7 +14,7 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -84,7 +84,7 @@ func (s *Service) clock() time.Time { return s.now().UTC().Truncate(time.Millise
 
 // Create makes a business with the caller as its ACTIVE OWNER.
 func (s *Service) Create(ctx context.Context, in CreateInput) (*ent.Business, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.CreateBusiness)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +118,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*ent.Business, er
 // ListOwn returns the businesses in which the caller is an ACTIVE member,
 // oldest first. INACTIVE businesses are listed: their reads go on.
 func (s *Service) ListOwn(ctx context.Context) ([]*ent.Business, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.ListBusinesses)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +134,7 @@ func (s *Service) ListOwn(ctx context.Context) ([]*ent.Business, error) {
 // Connection is ListOwn as a Relay connection (the GraphQL dashboard).
 func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
 	orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) (*ent.BusinessConnection, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.ListBusinesses)
 	if err != nil {
 		return nil, err
 	}
@@ -164,17 +164,17 @@ func (s *Service) ownQuery(userID string) *ent.BusinessQuery {
 		businessuser.UserID(userID), businessuser.StatusEQ(businessuser.StatusACTIVE)))
 }
 
-// Get returns a business the caller is an ACTIVE member of (or an API key
-// of); any other is not_found.
+// Get returns a business the caller is an ACTIVE member of; any other is
+// not_found.
 func (s *Service) Get(ctx context.Context, id string) (*ent.Business, error) {
-	b, _, err := Caller(ctx, s.db.Client, id)
+	b, _, err := Member(ctx, s.db.Client, operation.GetBusiness, id)
 	return b, err
 }
 
 // ListUsers returns every membership of a business (ACTIVE and INACTIVE),
 // oldest first, to any ACTIVE member.
 func (s *Service) ListUsers(ctx context.Context, businessID string) ([]*ent.BusinessUser, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.ListBusinessUsers)
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +194,7 @@ func (s *Service) ListUsers(ctx context.Context, businessID string) ([]*ent.Busi
 // GetUser returns one membership, visible to the ACTIVE members of its
 // business (node(id:) for bzu_ ids).
 func (s *Service) GetUser(ctx context.Context, id string) (*ent.BusinessUser, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.ListBusinessUsers)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +217,7 @@ func (s *Service) GetUser(ctx context.Context, id string) (*ent.BusinessUser, er
 // can reveal its members to anyone else.
 func (s *Service) Members(ctx context.Context, b *ent.Business, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
 	orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error) {
-	p, err := auth.RequireUser(ctx)
+	p, err := operation.Caller(ctx, operation.ListBusinessUsers)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +250,7 @@ func (s *Service) Members(ctx context.Context, b *ent.Business, after *ent.Curso
 // Update changes the business's name (OWNER or ADMIN, ACTIVE business).
 func (s *Service) Update(ctx context.Context, businessID string, in UpdateInput) (*ent.Business, error) {
 	var out *ent.Business
-	err := s.write(ctx, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
+	err := s.write(ctx, operation.UpdateBusiness, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
 		if err := RequireManager(me); err != nil {
 			return err
 		}
@@ -279,7 +279,7 @@ func (s *Service) Update(ctx context.Context, businessID string, in UpdateInput)
 // write an INACTIVE business accepts: it is how the business comes back.
 func (s *Service) SetStatus(ctx context.Context, businessID string, in StatusInput) (*ent.Business, error) {
 	var out *ent.Business
-	err := s.write(ctx, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
+	err := s.write(ctx, operation.UpdateBusinessStatus, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
 		if me.Role != businessuser.RoleOWNER {
 			return apperr.New(apperr.Forbidden, "only an OWNER may set the business status")
 		}
@@ -309,7 +309,7 @@ func (s *Service) SetUserStatus(ctx context.Context, businessID, businessUserID 
 		out   *ent.BusinessUser
 		ended string // the user whose membership this made INACTIVE
 	)
-	err := s.write(ctx, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
+	err := s.write(ctx, operation.UpdateBusinessUserStatus, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
 		ended = ""
 		if err := RequireManager(me); err != nil {
 			return err
@@ -372,7 +372,7 @@ func (s *Service) SetUserStatus(ctx context.Context, businessID, businessUserID 
 // an INACTIVE one, is already_exists: update-status reactivates them.
 func (s *Service) AddUser(ctx context.Context, businessID string, in AddUserInput) (*ent.BusinessUser, error) {
 	var out *ent.BusinessUser
-	err := s.write(ctx, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
+	err := s.write(ctx, operation.AddBusinessUser, businessID, func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error {
 		if err := RequireManager(me); err != nil {
 			return err
 		}
@@ -428,8 +428,8 @@ func (s *Service) AddUser(ctx context.Context, businessID string, in AddUserInpu
 // business row is locked first on PostgreSQL, so writes to one business and
 // its memberships are serialized and the caller's membership fn sees cannot
 // change under it; SQLite transactions are immediate and serialize anyway.
-func (s *Service) write(ctx context.Context, businessID string, fn func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error) error {
-	p, err := auth.RequireUser(ctx)
+func (s *Service) write(ctx context.Context, op *operation.Op, businessID string, fn func(tx *ent.Tx, b *ent.Business, me *ent.BusinessUser) error) error {
+	p, err := operation.Caller(ctx, op)
 	if err != nil {
 		return err
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/url"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
@@ -44,7 +45,8 @@ type PriceFeed struct {
 //	{
 //	  "updatedAt": "2026-01-01T00:00:00.000Z",
 //	  "networks": [{"network": "ethereum", "type": "evm", "chainId": "1",
-//	                "rpcUrl": "https://...", "confirmations": 12, "pollInterval": "4s"}],
+//	                "rpcUrl": "https://...", "confirmations": 12, "pollInterval": "4s",
+//	                "depositFactory": "0x..."}],
 //	  "tokens": [{"network": "ethereum", "currency": "USDC",
 //	              "currencyAddress": "0xA0b8...eB48", "decimals": 6, "native": false}],
 //	  "prices": {"USDC": "1"},
@@ -70,6 +72,10 @@ type networkJSON struct {
 	RPCURL        string  `json:"rpcUrl"`
 	Confirmations *int64  `json:"confirmations"`
 	PollInterval  *string `json:"pollInterval"`
+	// DepositFactory is the address of the project's deposit factory on
+	// the chain (evm only; the network needs an rpcUrl): each checkout on
+	// the network then gets its own deposit address.
+	DepositFactory string `json:"depositFactory"`
 }
 
 type feedJSON struct {
@@ -98,6 +104,20 @@ func (f *fileFormat) networks(p *problems) []Network {
 				p.add(at+".confirmations", "must be an integer of at least 1")
 			} else {
 				out[i].Confirmations = uint64(*n.Confirmations)
+			}
+		}
+		if n.DepositFactory != "" {
+			switch {
+			case n.Type != chain.TypeEVM:
+				p.add(at+".depositFactory", "deposit addresses exist on evm networks only")
+			case chain.ValidateEVMAddress(n.DepositFactory) != nil:
+				p.add(at+".depositFactory", "must be an EVM address (0x and 40 hex digits, EIP-55 checksum when mixed-case)")
+			case strings.TrimLeft(strings.ToLower(n.DepositFactory[2:]), "0") == "":
+				p.add(at+".depositFactory", "must not be the zero address")
+			case n.RPCURL == "":
+				p.add(at+".depositFactory", "needs the network's rpcUrl: payments to deposit addresses are found on chain")
+			default:
+				out[i].DepositFactory = chain.ChecksumAddress(n.DepositFactory)
 			}
 		}
 		if n.PollInterval != nil {

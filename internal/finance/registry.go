@@ -54,8 +54,7 @@ type Network struct {
 	// or a Solana cluster name ("mainnet-beta").
 	ChainID string `json:"chainId"`
 
-	// The chain side (DECISIONS "Settlement: receipts are checked on
-	// chain"); never shown to clients: an RPC URL often holds an API key.
+	// The chain side (docs/settlement.md, "Settings"); never shown to clients: an RPC URL often holds an API key.
 
 	// RPCURL is the network's JSON-RPC endpoint (Ethereum JSON-RPC for evm,
 	// Solana JSON-RPC for solana). A network with one is verified: receipts
@@ -68,6 +67,11 @@ type Network struct {
 	// PollInterval is how often the network is polled; NewRegistry makes 0
 	// DefaultPollInterval.
 	PollInterval time.Duration `json:"-"`
+	// DepositFactory is the deposit factory's address (EIP-55) on an evm
+	// network that names one: each checkout on it is paid to its own
+	// deposit address (internal/settlement/evm/deposit). Empty: checkouts
+	// are paid to the widget's wallet.
+	DepositFactory string `json:"-"`
 }
 
 // Defaults for a network's chain-side settings.

@@ -301,6 +301,11 @@ func TestLoad(t *testing.T) {
 		{"confirmations fractional", `"chainId": "1"}`, `"chainId": "1", "confirmations": 1.5}`, []string{"cannot unmarshal"}},
 		{"pollInterval not a duration", `"chainId": "1"}`, `"chainId": "1", "pollInterval": "2"}`, []string{"networks[0].pollInterval: must be a Go duration"}},
 		{"pollInterval too short", `"chainId": "1"}`, `"chainId": "1", "pollInterval": "1ms"}`, []string{"networks[0].pollInterval"}},
+		{"depositFactory without rpcUrl", `"chainId": "1"}`, `"chainId": "1", "depositFactory": "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419"}`, []string{"networks[0].depositFactory: needs the network's rpcUrl"}},
+		{"depositFactory not an address", `"chainId": "1"}`, `"chainId": "1", "rpcUrl": "https://rpc.example", "depositFactory": "0x5f4e"}`, []string{"networks[0].depositFactory: must be an EVM address"}},
+		{"depositFactory bad checksum", `"chainId": "1"}`, `"chainId": "1", "rpcUrl": "https://rpc.example", "depositFactory": "0x5F4eC3Df9cbd43714FE2740f5E3616155c5b8419"}`, []string{"networks[0].depositFactory: must be an EVM address"}},
+		{"depositFactory zero", `"chainId": "1"}`, `"chainId": "1", "rpcUrl": "https://rpc.example", "depositFactory": "0x0000000000000000000000000000000000000000"}`, []string{"networks[0].depositFactory: must not be the zero address"}},
+		{"depositFactory on solana", `"chainId": "mainnet-beta"}`, `"chainId": "mainnet-beta", "rpcUrl": "https://x.example", "depositFactory": "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419"}`, []string{"networks[1].depositFactory: deposit addresses exist on evm networks only"}},
 		{"feed without rpcUrl", `"prices": {"ETH": "3000", "USDC": "1"}`,
 			`"prices": {"USDC": "1"}, "priceFeeds": [{"currency": "ETH", "network": "ethereum", "address": "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419", "maxAge": "1h"}]`,
 			[]string{"priceFeeds[0].network: the network has no rpcUrl"}},
@@ -425,6 +430,17 @@ func TestLoadChainSide(t *testing.T) {
 	}
 	if b, _ := json.Marshal(eth); strings.Contains(string(b), "KEY") {
 		t.Fatalf("a network's JSON shows its rpcUrl: %s", b)
+	}
+	if eth.DepositFactory != "" {
+		t.Fatalf("depositFactory without one configured: %q", eth.DepositFactory)
+	}
+	withFactory := strings.Replace(withRPC, `"pollInterval": "4s"}`, `"pollInterval": "4s", "depositFactory": "0x5f4ec3df9cbd43714fe2740f5e3616155c5b8419"}`, 1)
+	cfg, err = Load([]byte(withFactory))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eth, _ := cfg.Registry.Network("ethereum"); eth.DepositFactory != "0x5f4eC3Df9cbd43714FE2740f5E3616155c5b8419" {
+		t.Fatalf("depositFactory = %q, want the EIP-55 form", eth.DepositFactory)
 	}
 
 	feed := `"priceFeeds": [{"currency": "ETH", "network": "ethereum", "address": "0x5f4ec3df9cbd43714fe2740f5e3616155c5b8419", "maxAge": "1h"}]`

@@ -181,7 +181,7 @@ type Quote struct {
 // token itself quotes the expected amount unchanged, with rate "1", no
 // spread and no price lookup (there is no exchange to charge for).
 //
-// Errors, in the order DECISIONS.md gives (body before cross-checks):
+// Errors, in the order docs/vouchers.md gives (body before cross-checks):
 // an unknown supplied network or currency is validation_failed
 // (suppliedPayment.network / suppliedPayment.currency); a supplied network
 // other than the expected one is different_network; a missing or unusable

@@ -9,7 +9,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 )
 
-// Text rules every input path shares (DECISIONS.md, "Hardening"): no
+// Text rules every input path shares (docs/hardening.md): no
 // string a caller sends may hold a NUL character or invalid UTF-8, and no
 // JSON object may name a key twice. PostgreSQL refuses NUL in text (it
 // was a 500), SQLite would store it and cut it in C strings, and a

@@ -1,6 +1,6 @@
 // Package idempotency makes a POST safe to retry: a caller that sends an
 // Idempotency-Key gets the first answer to that key again, instead of the
-// work being done twice (DECISIONS.md, "The browser and tooling contract").
+// work being done twice (docs/api.md, "Idempotent retries").
 //
 // A key belongs to one caller (the token's subject, or the client address
 // when the request has no token) and to one request: the SHA-256 of its

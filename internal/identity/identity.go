@@ -18,6 +18,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/password"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -322,7 +323,7 @@ func (s *Service) deviceResult(id string) (*Result, error) {
 
 // Viewer describes the authenticated caller; anonymous callers get unauthorized.
 func (s *Service) Viewer(ctx context.Context) (*Viewer, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, operation.Viewer)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,7 @@
 // Package money is the one place where the service turns strings from the
 // outside world into amounts and back. Every amount in the API is a decimal
 // string (never a JSON number, never a float); this package enforces the
-// single grammar DECISIONS.md fixes for it, the token-precision rule, and the
+// single grammar docs/vouchers.md states for it, the token-precision rule, and the
 // canonical rendering, so REST, GraphQL, storage and webhooks agree on what a
 // given amount looks like.
 //
@@ -108,7 +108,7 @@ func ParseAnyScale(s string) (decimal.Decimal, error) {
 
 // parse is hand-written rather than a regexp so its cost is obvious and it
 // hands back the fraction length it already counted; the tests check it
-// against the regexp from DECISIONS.md.
+// against that grammar as a regexp.
 func parse(s string) (decimal.Decimal, int, error) {
 	if s == "" {
 		return decimal.Decimal{}, 0, ErrEmpty

@@ -12,7 +12,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 )
 
-// grammar is the regexp from DECISIONS.md, used as an oracle for the
+// grammar is the grammar docs/vouchers.md states, used as an oracle for the
 // hand-written scanner.
 var grammar = regexp.MustCompile(`^(0|[1-9][0-9]*)(\.[0-9]+)?$`)
 

@@ -4,9 +4,12 @@
 // routes with these guards and groups; graph charges each root field to its
 // operation's budget) and tests hold the services and the schema to it.
 //
+// Authorize (authorize.go) is the one place a caller is admitted to an
+// operation; the doors reach it through Admit, the services through Caller.
+//
 // Adding an operation: one entry in table below, the service method (which
-// applies entry.Guard), and one line per door: rest's route list and the
-// GraphQL resolver. See docs/architecture.md.
+// starts with Caller(ctx, entry)), and one line per door: rest's route list
+// and the GraphQL resolver. See docs/architecture.md.
 package operation
 
 import (
@@ -19,8 +22,8 @@ type Op struct {
 	// Name is the operation's name in logs, docs and test output; for a
 	// GraphQL-only operation it also names its budget ("GraphQL <name>").
 	Name string
-	// Guard is the token check the services apply (and REST before it reads
-	// a body).
+	// Guard is the token check Authorize applies: REST before it reads a
+	// body, the services (Caller) otherwise.
 	Guard auth.Guard
 	// Group is the rate-limit group whose size its budget has; "" for a
 	// subscription, which spends no budget (its connections are capped).

@@ -5,10 +5,8 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 )
 
-// AdmitKey is the one check of a business's API key against an operation
-// (each door calls it where it checks the operation's guard: REST's route
-// before reading anything, GraphQL for every root field and every nested
-// field the table names). An open operation admits every key; one that
+// AdmitKey is Authorize for a business's API key: its scopes stand where
+// another caller's token kind does. An open operation admits every key; one that
 // names no scope admits none (member and key management, a business's
 // settings, a payer's or payee's voucher work); otherwise the key must
 // hold the operation's scope, and a missing one is forbidden with the

@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -86,7 +87,7 @@ func readModel(now func() time.Time) ent.Interceptor {
 
 // Create opens a new context for the calling payer (a registered user or device).
 func (s *Service) Create(ctx context.Context) (*ent.VoucherSession, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.CreateSession)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +126,7 @@ func (s *Service) Create(ctx context.Context) (*ent.VoucherSession, error) {
 
 // Get returns one of the caller's own sessions; anyone else's is not_found.
 func (s *Service) Get(ctx context.Context, id string) (*ent.VoucherSession, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.GetSession)
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +151,7 @@ func (s *Service) OnClose(f func(sessionID string)) { s.closed = f }
 // Close ends one of the caller's sessions; its code stops working at once.
 // Closing a closed session is a no-op that returns it.
 func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.CloseSession)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +176,7 @@ func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, er
 // orderBy says otherwise.
 func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
 	orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.ListSessions)
 	if err != nil {
 		return nil, err
 	}

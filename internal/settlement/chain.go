@@ -103,3 +103,17 @@ type Detector interface {
 	// watch it pays, in chain order.
 	Detect(ctx context.Context, after, upTo uint64, watches []Watch) ([]Found, error)
 }
+
+// Scanner is a Detector that reads the scanned blocks themselves (EVM: by
+// number), so it can tell, in the same round trip, the canonical hash at
+// each scanned height and at the other heights asked about: the watcher
+// then needs no separate BlockHashes round trip for mined payments. A
+// chain whose Detector does not read blocks (Solana) needs not implement
+// it.
+type Scanner interface {
+	Detector
+	// Scan is Detect plus the canonical block hash at every height of
+	// after+1..upTo and of heights (a height the chain does not have is
+	// absent).
+	Scan(ctx context.Context, after, upTo uint64, watches []Watch, heights []uint64) ([]Found, map[uint64]string, error)
+}

@@ -47,6 +47,9 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 		}
 		if tx, looked := obs.txs[t.TransactionHash]; looked {
 			observe(d, typ, t, tx, reserved, obs.head, next.RequiredConfirmations)
+			// A checkout's payment mined after it expired is late: still
+			// recorded and counted, and its events say so.
+			t.Late = v.Deposit != nil && tx.Found && !tx.BlockTime.IsZero() && !tx.BlockTime.Before(v.ExpiresAt)
 		} else if t.BlockNumber != nil && typ != chain.TypeSolana {
 			// Not looked up: its block is still canonical (see watcher).
 			t.Confirmations = confirmations(typ, obs.head, uint64(*t.BlockNumber), false, next.RequiredConfirmations)
@@ -64,6 +67,12 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 			}
 		}
 		tally(d, &next)
+	}
+	if v.Deposit != nil && next.Status == payment.SettlementUnderpaid && now.Before(v.ExpiresAt) {
+		// A partial payment to an open checkout: the customer may still
+		// pay the rest to the same address. The verdict waits for the sum
+		// or for the checkout's expiry.
+		next.Status = payment.SettlementPending
 	}
 	if anyMined(&next) && !next.SentEvent(EventPending) {
 		events = append(events, EventPending)
@@ -153,7 +162,7 @@ func paidBy(d due, typ string, tx Tx) *big.Int {
 	}
 	if asset == Native && typ == chain.TypeEVM && !chain.SameAddress(typ, tx.To, d.payee) {
 		// Native value pays only as the transaction's own value to the
-		// payee (DECISIONS.md), whatever an adapter reports besides.
+		// payee (docs/settlement.md, "What pays"), whatever an adapter reports besides.
 		return new(big.Int)
 	}
 	return sum
@@ -274,7 +283,7 @@ func same(a, b *payment.Settlement) bool {
 	}
 	for i := range a.Transactions {
 		x, y := a.Transactions[i], b.Transactions[i]
-		if x.Status != y.Status || x.Reason != y.Reason || x.Confirmations != y.Confirmations || x.Amount != y.Amount ||
+		if x.Late != y.Late || x.Status != y.Status || x.Reason != y.Reason || x.Confirmations != y.Confirmations || x.Amount != y.Amount ||
 			x.BlockHash != y.BlockHash || (x.BlockNumber == nil) != (y.BlockNumber == nil) ||
 			(x.BlockNumber != nil && *x.BlockNumber != *y.BlockNumber) {
 			return false

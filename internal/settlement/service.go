@@ -128,6 +128,15 @@ type watched struct {
 	// with its version, so a poll reads again only the rows whose version
 	// moved (see Service.pending).
 	pending map[string]*ent.Voucher
+
+	// Detection (networks whose chain is a Detector): the watched
+	// checkouts by id, their watches in a stable order and by watch, and
+	// the last height scanned.
+	detector  Detector
+	watches   map[string]*watchEntry
+	watchList []Watch
+	byWatch   map[Watch]string
+	scanned   uint64
 }
 
 // NewService returns the settlement service over db, for the networks of
@@ -170,7 +179,11 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 		if n.PollInterval == 0 {
 			n.PollInterval = DefaultPollInterval
 		}
-		s.networks[n.Name] = &watched{Network: n, typ: fn.Type, wake: make(chan struct{}, 1)}
+		w := &watched{Network: n, typ: fn.Type, wake: make(chan struct{}, 1)}
+		if d, ok := n.Chain.(Detector); ok {
+			w.detector = d
+		}
+		s.networks[n.Name] = w
 	}
 	return s, nil
 }
@@ -199,7 +212,7 @@ type due struct {
 	sender   string
 }
 
-// dueOf reads what v's payer owes. DECISIONS.md: the due payment is
+// dueOf reads what v's payer owes. docs/settlement.md: the due payment is
 // suppliedPayment when negotiated, else expectedPayment; the payee's wallet
 // is always expectedPayment.wallet.address. A CUSTOM voucher settles on its
 // first network with its first payment instruction.

@@ -23,6 +23,7 @@ import (
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/settlement/evm"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
@@ -40,9 +41,16 @@ type simWorld struct {
 	payer, other       testchain.Account
 	usdc, decoy, daiTk common.Address
 	rpcURL             string
+	// factory is the deposit factory when the world has deposit
+	// addresses (newDepositWorld).
+	factory common.Address
 }
 
-func newSimWorld(t *testing.T, db *storage.DB) *simWorld {
+func newSimWorld(t *testing.T, db *storage.DB) *simWorld { return newSimWorldWith(t, db, false) }
+
+// newSimWorldWith is newSimWorld, with the deposit factory deployed and
+// named by the network when deposits is set.
+func newSimWorldWith(t *testing.T, db *storage.DB, deposits bool) *simWorld {
 	t.Helper()
 	w := &simWorld{payer: testchain.NewAccount(), other: testchain.NewAccount()}
 	w.sim = testchain.NewSim(w.payer.Address, w.other.Address)
@@ -72,9 +80,14 @@ func newSimWorld(t *testing.T, db *storage.DB) *simWorld {
 			w.sim.Commit()
 		}
 	}
+	network := `{"network": "devnet", "type": "evm", "chainId": "1337"}`
+	if deposits {
+		w.factory = w.deploy(t, deposit.FactoryCode)
+		network = fmt.Sprintf(`{"network": "devnet", "type": "evm", "chainId": "1337", "rpcUrl": %q, "depositFactory": %q}`, srv.URL, w.factory.Hex())
+	}
 	cfg, err := finance.Load([]byte(fmt.Sprintf(`{
   "updatedAt": %q,
-  "networks": [{"network": "devnet", "type": "evm", "chainId": "1337"}],
+  "networks": [`+network+`],
   "tokens": [
     {"network": "devnet", "currency": "ETH", "currencyAddress": "0xEeeeeEeeeEeEeeEeEeEeeEEEeeeeEeeeeeeeEEeE", "decimals": 18, "native": true},
     {"network": "devnet", "currency": "USDC", "currencyAddress": %q, "decimals": 6, "native": false},

@@ -123,8 +123,17 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	vs, err := s.pending(ctx, n)
-	if err != nil || len(vs) == 0 {
+	if err != nil {
 		return err
+	}
+	var watches []Watch
+	if n.detector != nil {
+		if watches, err = s.watchList(ctx, n, s.now()); err != nil {
+			return err
+		}
+	}
+	if len(vs) == 0 && len(watches) == 0 {
+		return nil
 	}
 	head, err := n.Chain.Head(ctx)
 	if err != nil {
@@ -163,11 +172,31 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			}
 		}
 	}
-	if len(heights) > 0 {
-		blocks, err := n.Chain.BlockHashes(ctx, heights)
+	// Detection: the blocks since the last scan, for payments to the
+	// watched deposit addresses. A Scanner reads the block hashes of the
+	// mined payments' heights in the same round trip.
+	var found []Found
+	var blocks map[uint64]string
+	scannedTo := n.scanned
+	if len(watches) > 0 {
+		after, upTo := n.scanRange(head)
+		if sc, ok := n.detector.(Scanner); ok {
+			found, blocks, err = sc.Scan(ctx, after, upTo, watches, heights)
+			heights = nil
+		} else {
+			found, err = n.detector.Detect(ctx, after, upTo, watches)
+		}
 		if err != nil {
+			return fmt.Errorf("settlement: %s: detect: %w", n.Name, err)
+		}
+		scannedTo = upTo
+	}
+	if len(heights) > 0 {
+		if blocks, err = n.Chain.BlockHashes(ctx, heights); err != nil {
 			return fmt.Errorf("settlement: %s: block hashes: %w", n.Name, err)
 		}
+	}
+	if blocks != nil {
 		// A mined payment whose block is no longer canonical (another hash
 		// at its height, or no block there) is looked up again: it may be
 		// gone (back to PENDING) or mined elsewhere.
@@ -176,11 +205,20 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 				continue
 			}
 			for _, t := range v.Settlement.Transactions {
-				if (t.Status == payment.TxMined || t.Status == payment.TxConfirmed) && t.BlockNumber != nil &&
+				if (t.Status == payment.TxMined || t.Status == payment.TxConfirmed) && t.BlockNumber != nil && !solana &&
 					blocks[uint64(*t.BlockNumber)] != t.BlockHash {
 					lookup(t.TransactionHash)
 				}
 			}
+		}
+	}
+	detectedRows, detectedHashes, err := s.detected(ctx, n, found, vs)
+	if err != nil {
+		return fmt.Errorf("settlement: %s: detected payments: %w", n.Name, err)
+	}
+	for _, hs := range detectedHashes {
+		for _, h := range hs {
+			lookup(h)
 		}
 	}
 	obs := &observation{head: head, txs: make(map[string]Tx, len(lookups))}
@@ -205,8 +243,36 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 	}
 	now := s.now()
 	var errs []error
-	var changes []change
+	var changes, detections []change
+	for id, v := range detectedRows {
+		d, err := dueOf(s.reg, v)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		hs := detectedHashes[id]
+		// Resolve on the first payment mined before the checkout expired
+		// (as submit-payment would); anything else is recorded on the
+		// checkout as it stands (a later or a late payment).
+		resolve := false
+		// (Past its expiry an unswept REDEEMED row reads DISCARDED,
+		// reason expired; resolveStatement's guard tells them apart.)
+		if v.Status == entvoucher.StatusREDEEMED || (v.Status == entvoucher.StatusDISCARDED && v.Settlement == nil &&
+			v.DiscardReason != nil && *v.DiscardReason == reasonExpired) {
+			for _, h := range hs {
+				if tx := obs.txs[h]; tx.Found && tx.BlockTime.Before(v.ExpiresAt) {
+					resolve = true
+				}
+			}
+		}
+		cur := s.withDetected(n, d, v, hs, now)
+		next, events := judge(d, n.typ, v, cur, obs, now)
+		detections = append(detections, change{v: v, next: next, events: events, detect: &detection{resolve: resolve, hashes: hs}})
+	}
 	for _, v := range vs {
+		if detectedRows[v.ID] != nil {
+			continue
+		}
 		if v.Settlement == nil || !v.Settlement.Verified || v.Settlement.Final() {
 			continue
 		}
@@ -231,6 +297,13 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 		}
 	}
 	changes = slices.DeleteFunc(changes, func(c change) bool { return len(c.events) == 0 && !c.next.Final() })
+	for len(detections) > 0 {
+		k := min(len(detections), batchSize)
+		if err := s.commitDetections(ctx, n, detections[:k], now); err != nil {
+			errs = append(errs, err)
+		}
+		detections = detections[k:]
+	}
 	for len(changes) > 0 {
 		k := min(len(changes), batchSize)
 		if err := s.commit(ctx, n, changes[:k], now); err != nil {
@@ -244,6 +317,11 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			errs = append(errs, err)
 		}
 		counts = counts[k:]
+	}
+	if len(errs) == 0 {
+		// Everything found up to scannedTo is recorded: the next scan
+		// starts there (less the reorg margin).
+		n.scanned = scannedTo
 	}
 	return errors.Join(errs...)
 }
@@ -260,7 +338,9 @@ const readChunk = 1000
 // thousand (id, version) pairs, not a thousand rows and their JSON.
 func (s *Service) pending(ctx context.Context, n *watched) ([]*ent.Voucher, error) {
 	where := func(more ...predicate.Voucher) []predicate.Voucher {
-		return append([]predicate.Voucher{entvoucher.SettlementNetwork(n.Name), entvoucher.StatusEQ(entvoucher.StatusRESOLVED)}, more...)
+		// Any status: a checkout's settlement may be pending after it
+		// expired (a late payment to its deposit address).
+		return append([]predicate.Voucher{entvoucher.SettlementNetwork(n.Name)}, more...)
 	}
 	keys, err := s.db.Voucher.Query().Where(where()...).Select(entvoucher.FieldID, entvoucher.FieldVersion).All(ctx)
 	if err != nil {
@@ -307,13 +387,16 @@ type change struct {
 	v      *ent.Voucher
 	next   *payment.Settlement
 	events []string
+	// detect is set for a change a detection made (commitDetections).
+	detect *detection
 }
 
 // updateStatement is a settlement change: one conditional UPDATE, guarded
-// by the version the watcher judged (and by RESOLVED: settlement never
-// changes a voucher's status, nor touches one that is not resolved).
+// by the version the watcher judged. Settlement never changes a voucher's
+// status; it touches only vouchers that have one (resolved, or a
+// checkout paid to its deposit address after it expired).
 const updateStatement = "UPDATE vouchers SET settlement = ?, settlement_network = ?, updated_at = ?, version = version + 1" +
-	" WHERE id = ? AND version = ? AND status = 'RESOLVED'"
+	" WHERE id = ? AND version = ? AND settlement IS NOT NULL"
 
 // jsonArg is a JSON column's parameter: text on PostgreSQL (lib/pq sends
 // []byte in binary form, which jsonb would read as its binary format),
@@ -398,7 +481,7 @@ func (s *Service) commit(ctx context.Context, n *watched, cs []change, now time.
 func countsStatement() (head, row, tail string) {
 	return "UPDATE vouchers AS v SET settlement = CAST(x.column3 AS jsonb), updated_at = ?, version = v.version + 1 FROM (VALUES ",
 		"(?, CAST(? AS bigint), ?)",
-		") AS x WHERE v.id = x.column1 AND v.version = x.column2 AND v.status = 'RESOLVED' RETURNING v.id"
+		") AS x WHERE v.id = x.column1 AND v.version = x.column2 AND v.settlement IS NOT NULL RETURNING v.id"
 }
 
 // commitCounts records settlement changes that cause no event, then

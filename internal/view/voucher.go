@@ -40,6 +40,9 @@ type Voucher struct {
 	Receipts        []payment.Receipt       `json:"receipts,omitzero"`
 	DiscardReason   *string                 `json:"discardReason,omitempty"`
 	Settlement      *Settlement             `json:"settlement,omitempty"`
+	// Deposit is a checkout's deposit address (networks with a deposit
+	// factory).
+	Deposit *Deposit `json:"deposit,omitempty"`
 	// WidgetID and Reference are set on checkouts (internal/widget).
 	WidgetID  *string      `json:"widgetId,omitempty"`
 	Reference *string      `json:"reference,omitempty"`
@@ -82,11 +85,40 @@ func OfVoucher(v *ent.Voucher) *Voucher {
 		out.PayeeInfo = v.PayeeInfo
 	}
 	out.Settlement = settlementView(v.Settlement)
+	out.Deposit = DepositOf(v)
 	return out
 }
 
+// Deposit is the REST view of a checkout's deposit address: without the
+// watcher's and the sweeper's bookkeeping.
+type Deposit struct {
+	Address       string `json:"address"`
+	PayoutAddress string `json:"payoutAddress"`
+	Sweep         Sweep  `json:"sweep"`
+}
+
+// Sweep is a deposit address's sweep on REST.
+type Sweep struct {
+	Status          string `json:"status"`
+	TransactionHash string `json:"transactionHash,omitempty"`
+	Amount          string `json:"amount,omitempty"`
+}
+
+// DepositOf is v's deposit as REST shows it (nil for a voucher without
+// one).
+func DepositOf(v *ent.Voucher) *Deposit {
+	d := v.Deposit
+	if d == nil {
+		return nil
+	}
+	return &Deposit{
+		Address: d.Address, PayoutAddress: d.PayoutAddress,
+		Sweep: Sweep{Status: d.Sweep.Status, TransactionHash: d.Sweep.TransactionHash, Amount: d.Sweep.Amount},
+	}
+}
+
 // Settlement is the REST view of a voucher's settlement: the fields
-// DECISIONS.md names, without the watcher's bookkeeping.
+// docs/settlement.md names, without the watcher's bookkeeping.
 type Settlement struct {
 	Status                string                  `json:"status"`
 	Verified              bool                    `json:"verified"`
@@ -105,6 +137,10 @@ type SettlementTransaction struct {
 	BlockNumber     *int64 `json:"blockNumber,omitempty"`
 	Confirmations   int    `json:"confirmations"`
 	Amount          string `json:"amount,omitempty"`
+	// Detected: found by the watcher paying the deposit address, no
+	// receipt named it. Late: mined after the voucher's expiresAt.
+	Detected bool `json:"detected,omitempty"`
+	Late     bool `json:"late,omitempty"`
 }
 
 // SettlementOf is v's settlement as REST shows it (nil before resolve).
@@ -123,6 +159,7 @@ func settlementView(s *payment.Settlement) *Settlement {
 		out.Transactions[i] = SettlementTransaction{
 			TransactionHash: t.TransactionHash, Status: t.Status, Reason: t.Reason,
 			BlockNumber: t.BlockNumber, Confirmations: t.Confirmations, Amount: t.Amount,
+			Detected: t.Detected, Late: t.Late,
 		}
 	}
 	return out

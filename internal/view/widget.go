@@ -103,17 +103,23 @@ type PublicCheckout struct {
 	BusinessName string `json:"businessName"`
 	Amount       string `json:"amount"`
 	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
-	AmountAtomic    string       `json:"amountAtomic"`
-	Currency        string       `json:"currency"`
-	CurrencyAddress string       `json:"currencyAddress"`
-	Decimals        int32        `json:"decimals"`
-	Native          bool         `json:"native"`
-	Network         string       `json:"network"`
-	NetworkType     string       `json:"networkType"`
-	ChainID         string       `json:"chainId"`
-	PayeeAddress    string       `json:"payeeAddress"`
-	Status          string       `json:"status"`
-	Settlement      *Settlement  `json:"settlement"`
+	AmountAtomic    string      `json:"amountAtomic"`
+	Currency        string      `json:"currency"`
+	CurrencyAddress string      `json:"currencyAddress"`
+	Decimals        int32       `json:"decimals"`
+	Native          bool        `json:"native"`
+	Network         string      `json:"network"`
+	NetworkType     string      `json:"networkType"`
+	ChainID         string      `json:"chainId"`
+	PayeeAddress    string      `json:"payeeAddress"`
+	Status          string      `json:"status"`
+	Settlement      *Settlement `json:"settlement"`
+	// Deposit is the checkout's deposit address, when it has one (it is
+	// PayeeAddress then).
+	Deposit *Deposit `json:"deposit,omitempty"`
+	// Remaining is what is left to pay while a partial payment is
+	// confirmed and the checkout is open.
+	Remaining       string       `json:"remaining,omitempty"`
 	TransactionHash *string      `json:"transactionHash,omitempty"`
 	ExpiresAt       apitime.Time `json:"expiresAt"`
 	PaymentURI      string       `json:"paymentUri"`
@@ -128,7 +134,7 @@ func OfPublicCheckout(c *widget.PublicState) *PublicCheckout {
 		ID: v.ID, BusinessName: c.BusinessName, Amount: p.Amount, AmountAtomic: c.AmountAtomic,
 		Currency: p.Currency, CurrencyAddress: p.CurrencyAddress, Decimals: c.Token.Decimals, Native: c.Token.Native,
 		Network: p.Network, NetworkType: c.Network.Type, ChainID: c.Network.ChainID, PayeeAddress: p.Wallet.Address,
-		Status: c.Status, Settlement: SettlementOf(v), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
 	}
 	for _, r := range v.Receipts {
 		if r.TransactionHash != "" {

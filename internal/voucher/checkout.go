@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/payment"
 )
 
 // CheckoutInput is a checkout as internal/widget hands it over, once it has
@@ -28,6 +29,13 @@ type CheckoutInput struct {
 	// TokenHash is the hash of the checkout token; the token itself is
 	// never stored.
 	TokenHash string
+	// DepositFor, when set (a network whose finance entry names a
+	// depositFactory), gives the checkout of voucher id its deposit
+	// address: the expected payment's wallet becomes the deposit address,
+	// the voucher keeps the deposit, and the watcher looks for payments to
+	// it on WatchNetwork.
+	DepositFor   func(voucherID string) *payment.Deposit
+	WatchNetwork string
 }
 
 // kindCheckout is the principal that stands for a checkout's customer: the
@@ -51,6 +59,14 @@ func (s *Service) CreateCheckout(ctx context.Context, in CheckoutInput) (*ent.Vo
 	}
 	now := s.clock()
 	payer := ids.New(ids.Checkout)
+	id := ids.New(ids.Voucher)
+	var dep *payment.Deposit
+	if in.DepositFor != nil {
+		if dep = in.DepositFor(id); dep == nil || in.WatchNetwork == "" {
+			return nil, apperr.InternalError(fmt.Errorf("voucher: checkout %s: no deposit address", id))
+		}
+		p.Wallet.Address = dep.Address
+	}
 	for attempt := 0; attempt < codeDraws; attempt++ {
 		vcode, err := s.newCode()
 		if err != nil {
@@ -61,28 +77,37 @@ func (s *Service) CreateCheckout(ctx context.Context, in CheckoutInput) (*ent.Vo
 			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET live_code = NULL WHERE live_code = ? AND expires_at <= ?"), vcode, now); err != nil {
 				return err
 			}
-			created, err = tx.Voucher.Create().
+			c := tx.Voucher.Create().SetID(id).
 				SetCode(vcode).SetLiveCode(vcode).
 				SetStatus(entvoucher.StatusREDEEMED).SetType(entvoucher.TypeSIMPLE).
 				SetSessionID(in.SessionID).SetPayerID(payer).SetPayeeID(in.WidgetID).
 				SetBusinessID(in.BusinessID).SetWidgetID(in.WidgetID).
 				SetNillableReference(in.Reference).SetCheckoutTokenHash(in.TokenHash).
-				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now).
-				Save(ctx)
+				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now)
+			if dep != nil {
+				c.SetWatchNetwork(in.WatchNetwork)
+			}
+			created, err = c.Save(ctx)
 			if err != nil {
 				return err
 			}
-			// The payment goes in as redeem writes it (jsonArg): ent's
-			// JSON bytes reach PostgreSQL's jsonb in binary form, which it
-			// refuses.
+			// The payment and the deposit go in as redeem writes JSON
+			// (jsonArg): ent's JSON bytes reach PostgreSQL's jsonb in
+			// binary form, which it refuses.
 			arg, err := jsonArg(s.db.Dialect, p)
 			if err != nil {
 				return err
 			}
-			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET expected_payment = ? WHERE id = ?"), arg, created.ID); err != nil {
+			var darg any
+			if dep != nil {
+				if darg, err = jsonArg(s.db.Dialect, dep); err != nil {
+					return err
+				}
+			}
+			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET expected_payment = ?, deposit = ? WHERE id = ?"), arg, darg, created.ID); err != nil {
 				return err
 			}
-			created.ExpectedPayment = p
+			created.ExpectedPayment, created.Deposit = p, dep
 			return s.events.VoucherChanged(ctx, tx, nil, created)
 		})
 		if ent.IsConstraintError(err) {
@@ -162,6 +187,13 @@ func (s *Service) SubmitCheckoutPayment(ctx context.Context, tokenHash, txHash s
 	}
 	if v.ExpectedPayment == nil {
 		return nil, apperr.InternalError(fmt.Errorf("voucher: checkout %s has no expected payment", v.ID))
+	}
+	if v.Deposit != nil && v.Status == entvoucher.StatusRESOLVED {
+		// Paid to its deposit address and already resolved (the watcher
+		// found the payment, or the customer submitted it before): the
+		// watcher finds every payment to the address, so the hash adds
+		// nothing, and the same transaction is never counted twice.
+		return v, nil
 	}
 	p := &auth.Principal{Kind: kindCheckout, ID: v.PayerID}
 	return s.resolve(ctx, p, v.ID, ResolveInput{Receipts: []ReceiptInput{{PaymentID: v.ExpectedPayment.ID, TransactionHash: &txHash}}})

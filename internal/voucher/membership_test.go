@@ -16,7 +16,7 @@ import (
 // A member made INACTIVE loses every role on the business's vouchers, the
 // payee role on the ones it reserved included: it can no longer read,
 // redeem, choose the payout wallet of, or discard them (404), and its
-// lists no longer show them (DECISIONS.md, "Hardening").
+// lists no longer show them (docs/hardening.md).
 func TestInactiveMemberLosesPayeeRole(t *testing.T) {
 	testdb.Each(t, func(t *testing.T, db *storage.DB) {
 		f := newFixture(t, db)

@@ -10,7 +10,7 @@ import (
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/operation"
 )
 
 // Query bounds.
@@ -33,7 +33,7 @@ type QueryInput struct {
 // return), newest first, filtered by in. Statuses are the read model's: an
 // expired voucher counts as DISCARDED before the sweeper records it.
 func (s *Service) Query(ctx context.Context, in QueryInput) ([]*ent.Voucher, error) {
-	if _, err := auth.RequireAny(ctx); err != nil {
+	if _, err := operation.Caller(ctx, operation.QueryVouchers); err != nil {
 		return nil, err
 	}
 	var v apperr.Validator
@@ -119,7 +119,7 @@ func paymentCount(v *ent.Voucher) int {
 // the stored submission, whatever has happened to the voucher since; other
 // content under a used id is already_exists.
 func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropInitInput) (*Submission, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpInteropInit.operation())
 	if err != nil {
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	}
 	target := path
 	if in.Vid != nil && *in.Vid != voucherID {
-		// The caller must be the payer of vid too (DECISIONS.md,
+		// The caller must be the payer of vid too (docs/hardening.md,
 		// "Hardening"): seeing a voucher is not acting on it.
 		if target, err = s.load(ctx, s.db.Prepared, *in.Vid, false); err != nil {
 			return nil, err

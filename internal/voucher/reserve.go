@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -30,7 +31,7 @@ const codeDraws = 8
 // With BusinessID the caller, an ACTIVE member of that ACTIVE business,
 // reserves on its behalf.
 func (s *Service) Reserve(ctx context.Context, in ReserveInput) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, operation.ReserveVoucher)
 	if err != nil {
 		return nil, err
 	}

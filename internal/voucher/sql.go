@@ -31,7 +31,7 @@ var columns = []string{
 	entvoucher.FieldNetworks, entvoucher.FieldPayments, entvoucher.FieldExtras, entvoucher.FieldPayeeInfo,
 	entvoucher.FieldReceipts, entvoucher.FieldDiscardReason, entvoucher.FieldExpiresAt,
 	entvoucher.FieldSettlement, entvoucher.FieldSettlementNetwork,
-	entvoucher.FieldWidgetID, entvoucher.FieldReference,
+	entvoucher.FieldWidgetID, entvoucher.FieldReference, entvoucher.FieldDeposit,
 }
 
 var columnList = strings.Join(columns, ", ")
@@ -168,7 +168,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		version                             int64
 		expected, supplied, networks        []byte
 		payments, extras, payeeInfo, recpts []byte
-		settlement                          []byte
+		settlement, deposit                 []byte
 		settlementNetwork                   sql.NullString
 	)
 	dest := []any{
@@ -179,7 +179,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		&networks, &payments, &extras, &payeeInfo,
 		&recpts, &discardReason, timeCol{&v.ExpiresAt},
 		&settlement, &settlementNetwork,
-		&widgetID, &reference,
+		&widgetID, &reference, &deposit,
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
@@ -203,6 +203,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 	}{
 		{expected, &v.ExpectedPayment}, {supplied, &v.SuppliedPayment}, {networks, &v.Networks},
 		{payments, &v.Payments}, {extras, &v.Extras}, {recpts, &v.Receipts}, {settlement, &v.Settlement},
+		{deposit, &v.Deposit},
 	} {
 		if err := unmarshalCol(j.src, j.dst); err != nil {
 			return nil, err

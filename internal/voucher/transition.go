@@ -31,8 +31,8 @@ const (
 	OpInteropInit Op = "interop-init"
 )
 
-// operation is op's entry in the operations table, whose guard the door's
-// Reject applies.
+// operation is op's entry in the operations table, whose guard the service
+// applies (operation.Caller).
 func (op Op) operation() *operation.Op {
 	switch op {
 	case OpRedeem:
@@ -52,7 +52,7 @@ func (op Op) operation() *operation.Op {
 
 var strictest = &operation.Op{Name: "unknown voucher operation", Guard: auth.GuardUser}
 
-// rolesFor is who may perform op (DECISIONS.md, "Who may do what"); anyone
+// rolesFor is who may perform op (docs/vouchers.md, "Who may do what"); anyone
 // else is told the voucher does not exist.
 func rolesFor(op Op) role {
 	switch op {
@@ -322,7 +322,7 @@ func (s *Service) load(ctx context.Context, q querier, id string, lock bool) (*e
 	return v, nil
 }
 
-// decide says whether t may change cur for p, in DECISIONS.md's order:
+// decide says whether t may change cur for p, in the order docs/vouchers.md gives ("Order of errors"):
 // visibility, then state (expired/discarded, then the spec's state codes),
 // then the body against the voucher. The body's own shape was checked
 // before (and a body that failed it never reaches here).
@@ -392,7 +392,7 @@ func (s *Service) reject(ctx context.Context, p *auth.Principal, op Op, id strin
 
 // businessActiveFor refuses redeem and negotiate of an INACTIVE business's
 // voucher (business_inactive); resolve and discard stay allowed, since the
-// payer may have paid (DECISIONS.md, "Hardening").
+// payer may have paid (docs/hardening.md).
 func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher) error {
 	if v.BusinessID == nil || (op != OpRedeem && op != OpNegotiate) {
 		return nil
@@ -409,7 +409,7 @@ func businessActiveFor(ctx context.Context, c *ent.Client, op Op, v *ent.Voucher
 // not_found when the caller may not act on the voucher (visibility comes
 // before the body), and bodyErr otherwise.
 func (s *Service) Reject(ctx context.Context, op Op, id string, bodyErr error) error {
-	p, err := op.operation().Guard.Check(ctx)
+	p, err := operation.Caller(ctx, op.operation())
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (s *Service) Reject(ctx context.Context, op Op, id string, bodyErr error) e
 // Redeem sets the payment terms of a RESERVED voucher (payee only), making
 // it SIMPLE or CUSTOM.
 func (s *Service) Redeem(ctx context.Context, id string, in RedeemInput) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpRedeem.operation())
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +493,7 @@ func (r *redemption) extrasValue() any {
 // on the same network (payer only). expectedPayment stays as it is; the
 // computed suppliedPayment and exchangeRate replace any earlier ones.
 func (s *Service) Negotiate(ctx context.Context, id string, in NegotiateInput) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpNegotiate.operation())
 	if err != nil {
 		return nil, err
 	}
@@ -546,7 +546,7 @@ func (s *Service) Negotiate(ctx context.Context, id string, in NegotiateInput) (
 // Resolve completes a REDEEMED voucher with the payer's receipts (payer
 // only, registered users).
 func (s *Service) Resolve(ctx context.Context, id string, in ResolveInput) (*ent.Voucher, error) {
-	p, err := auth.RequireRegistered(ctx)
+	p, err := operation.Caller(ctx, operation.ResolveVoucher)
 	if err != nil {
 		return nil, err
 	}
@@ -677,7 +677,7 @@ func (s *Service) receipts(v *ent.Voucher, in ResolveInput) ([]payment.Receipt, 
 
 // Discard ends a RESERVED or REDEEMED voucher (payee or payer).
 func (s *Service) Discard(ctx context.Context, id string) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, OpDiscard.operation())
 	if err != nil {
 		return nil, err
 	}

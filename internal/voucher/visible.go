@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/paging"
 )
 
@@ -18,7 +19,7 @@ import (
 // see, those Get returns: as payee, as payer, or as an ACTIVE member of
 // their business, payee and payer bound by membership as in rolesIn. The GraphQL vouchers connection paginates it.
 func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, operation.QueryVouchers)
 	if err != nil {
 		return nil, err
 	}

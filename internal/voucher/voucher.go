@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/finance"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -213,7 +214,7 @@ func rolesOf(p *auth.Principal, v *ent.Voucher) role {
 var errNotFound = apperr.New(apperr.NotFound, "voucher not found")
 
 // rolesIn is rolesOf bound by the caller's membership in the voucher's
-// business (DECISIONS.md, "Hardening"): a user whose membership in it is
+// business (docs/hardening.md): a user whose membership in it is
 // not ACTIVE holds no role on its vouchers, not even the payee role on
 // those it reserved, and the payee role on a business voucher needs an
 // ACTIVE membership. c is the client (or transaction's client) to ask.
@@ -272,7 +273,7 @@ func (s *Service) Visible(ctx context.Context, p *auth.Principal, v *ent.Voucher
 // Get returns voucher id as the caller may see it; a voucher the caller may
 // not see is not_found, exactly like one that does not exist.
 func (s *Service) Get(ctx context.Context, id string) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, operation.GetVoucher)
 	if err != nil {
 		return nil, err
 	}

@@ -6,8 +6,8 @@ import (
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/pubsub"
 )
 
@@ -53,7 +53,7 @@ func (in WatchInput) Validate() (Watch, error) {
 // committed in between then arrives too, and its version tells the
 // subscriber whether it is newer.
 func (s *Service) Watch(ctx context.Context, w Watch) (*ent.Voucher, error) {
-	p, err := auth.RequireAny(ctx)
+	p, err := operation.Caller(ctx, operation.VoucherUpdated)
 	if err != nil {
 		return nil, err
 	}

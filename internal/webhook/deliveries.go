@@ -11,8 +11,8 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/paging"
 )
 
@@ -33,7 +33,7 @@ type ListDeliveriesInput struct {
 // caller (an ACTIVE member) to page through; newest first unless the
 // caller orders otherwise.
 func (s *Service) DeliveriesQuery(ctx context.Context, businessID string, f DeliveryFilter) (*ent.WebhookDeliveryQuery, error) {
-	if _, _, err := s.member(ctx, businessID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.ListDeliveries, businessID); err != nil {
 		return nil, err
 	}
 	var v apperr.Validator
@@ -75,7 +75,7 @@ func (s *Service) ListDeliveries(ctx context.Context, businessID string, in List
 
 // GetDelivery returns one of the business's deliveries.
 func (s *Service) GetDelivery(ctx context.Context, businessID, id string) (*ent.WebhookDelivery, error) {
-	if _, _, err := s.member(ctx, businessID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.GetDelivery, businessID); err != nil {
 		return nil, err
 	}
 	return s.delivery(ctx, businessID, id)
@@ -107,7 +107,8 @@ func (s *Service) Attempts(ctx context.Context, d *ent.WebhookDelivery) ([]*ent.
 // DeliveryByID returns a delivery to an ACTIVE member of its business
 // (node(id:)).
 func (s *Service) DeliveryByID(ctx context.Context, id string) (*ent.WebhookDelivery, error) {
-	if _, err := auth.RequireUser(ctx); err != nil {
+	p, err := operation.Caller(ctx, operation.GetDelivery)
+	if err != nil {
 		return nil, err
 	}
 	d, err := s.db.WebhookDelivery.Get(ctx, id)
@@ -117,7 +118,7 @@ func (s *Service) DeliveryByID(ctx context.Context, id string) (*ent.WebhookDeli
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	if _, _, err := s.member(ctx, d.BusinessID); err != nil {
+	if _, _, err := business.Membership(ctx, s.db.Client, d.BusinessID, p.ID); err != nil {
 		return nil, apperr.New(apperr.NotFound, "webhook delivery not found")
 	}
 	return d, nil
@@ -126,7 +127,8 @@ func (s *Service) DeliveryByID(ctx context.Context, id string) (*ent.WebhookDeli
 // EventByID returns an event to an ACTIVE member of its business
 // (node(id:)).
 func (s *Service) EventByID(ctx context.Context, id string) (*ent.Event, error) {
-	if _, err := auth.RequireUser(ctx); err != nil {
+	p, err := operation.Caller(ctx, operation.GetDelivery)
+	if err != nil {
 		return nil, err
 	}
 	e, err := s.db.Event.Query().Where(event.ID(id)).Only(ctx)
@@ -136,7 +138,7 @@ func (s *Service) EventByID(ctx context.Context, id string) (*ent.Event, error) 
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	if _, _, err := s.member(ctx, e.BusinessID); err != nil {
+	if _, _, err := business.Membership(ctx, s.db.Client, e.BusinessID, p.ID); err != nil {
 		return nil, apperr.New(apperr.NotFound, "event not found")
 	}
 	return e, nil
@@ -148,7 +150,7 @@ func (s *Service) EventByID(ctx context.Context, id string) (*ent.Event, error) 
 // cancel the automatic schedule, but a success ends it. The endpoint must
 // still exist and be enabled, and the business be ACTIVE.
 func (s *Service) RetryDelivery(ctx context.Context, businessID, id string) (*ent.WebhookDelivery, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.RetryDelivery, businessID)
 	if err != nil {
 		return nil, err
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/operation"
 )
 
 // The event log: every deposit event the outbox wrote, kept EventRetention
@@ -44,7 +45,7 @@ type ListEventsInput struct {
 // the caller (an ACTIVE member, or a key of the business) and the filter
 // were checked.
 func (s *Service) EventsQuery(ctx context.Context, businessID string, in ListEventsInput) (*ent.EventQuery, int, int, error) {
-	if _, _, err := s.member(ctx, businessID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.ListEvents, businessID); err != nil {
 		return nil, 0, 0, err
 	}
 	var v apperr.Validator
@@ -140,7 +141,7 @@ func (in ReplayInput) Validate() error {
 // endpoint must be enabled. More than MaxReplay matching events is
 // validation_failed (narrow the window). It returns how many it queued.
 func (s *Service) Replay(ctx context.Context, businessID, endpointID string, in ReplayInput) (int, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.Replay, businessID)
 	if err != nil {
 		return 0, err
 	}

@@ -188,7 +188,10 @@ type PayloadData struct {
 	Currency       string `json:"currency,omitempty"`
 	ExpectedAmount string `json:"expectedAmount,omitempty"`
 	PaidAmount     string `json:"paidAmount,omitempty"`
-	Voucher        any    `json:"voucher"`
+	// Late is true on deposit.pending and a verdict caused by a payment
+	// the watcher found after the checkout expired.
+	Late    bool `json:"late,omitempty"`
+	Voucher any  `json:"voucher"`
 }
 
 func (o *Outbox) record(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types []string) error {
@@ -259,6 +262,9 @@ func (o *Outbox) recordAll(ctx context.Context, tx *ent.Tx, cs []Change) error {
 			}}
 			if t != DepositCreated && t != DepositExpired && t != DepositFailed {
 				p.Data.PaidAmount = s.paid
+			}
+			if t != DepositCreated && t != DepositExpired {
+				p.Data.Late = v.Settlement.Late()
 			}
 			body, err := json.Marshal(p)
 			if err != nil {

@@ -24,10 +24,10 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/netguard"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook/signing"
@@ -50,7 +50,7 @@ var EventTypes = []string{
 	DepositFailed, DepositUnderpaid, DepositOverpaid,
 }
 
-// Bounds of endpoint fields (DECISIONS.md).
+// Bounds of endpoint fields (docs/webhooks.md).
 const (
 	MaxEndpointsPerBusiness = 16
 	MaxDescriptionLength    = 512
@@ -161,25 +161,6 @@ type ListEndpointsInput struct {
 	Until  *int64
 }
 
-// member returns the business when the caller is an ACTIVE member of it
-// (a user token) or one of its API keys (business.Caller); not_found
-// otherwise.
-func (s *Service) member(ctx context.Context, businessID string) (*ent.Business, *ent.BusinessUser, error) {
-	return business.Caller(ctx, s.db.Client, businessID)
-}
-
-// manager is member plus the OWNER or ADMIN role.
-func (s *Service) manager(ctx context.Context, businessID string) (*ent.Business, error) {
-	b, m, err := s.member(ctx, businessID)
-	if err != nil {
-		return nil, err
-	}
-	if err := business.RequireManager(m); err != nil {
-		return nil, err
-	}
-	return b, nil
-}
-
 func (s *Service) validateURL(v *apperr.Validator, field, raw string) {
 	if err := netguard.ValidateURL(raw, s.allowPrivate); err != nil {
 		// URLError's reason never echoes the URL.
@@ -214,7 +195,7 @@ func validateEvents(v *apperr.Validator, events []string) {
 // CreateEndpoint registers an endpoint. The signing secret is in the
 // answer and nowhere else, ever: it is stored sealed.
 func (s *Service) CreateEndpoint(ctx context.Context, businessID string, in CreateEndpointInput) (*EndpointWithSecret, error) {
-	if _, err := s.manager(ctx, businessID); err != nil {
+	if _, err := business.Manager(ctx, s.db.Client, operation.CreateEndpoint, businessID); err != nil {
 		return nil, err
 	}
 	var v apperr.Validator
@@ -295,7 +276,7 @@ func (s *Service) lockBusiness(ctx context.Context, tx *ent.Tx, id string) (*ent
 // ListEndpoints lists the business's endpoints, oldest first (as the
 // business's other lists).
 func (s *Service) ListEndpoints(ctx context.Context, businessID string, in ListEndpointsInput) ([]*ent.WebhookEndpoint, error) {
-	if _, _, err := s.member(ctx, businessID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.ListEndpoints, businessID); err != nil {
 		return nil, err
 	}
 	var v apperr.Validator
@@ -339,7 +320,7 @@ func pageBounds(v *apperr.Validator, limit, offset *int) (int, int) {
 
 // GetEndpoint returns one endpoint of the business.
 func (s *Service) GetEndpoint(ctx context.Context, businessID, id string) (*ent.WebhookEndpoint, error) {
-	if _, _, err := s.member(ctx, businessID); err != nil {
+	if _, _, err := business.Member(ctx, s.db.Client, operation.GetEndpoint, businessID); err != nil {
 		return nil, err
 	}
 	return s.endpoint(ctx, s.db.Client, businessID, id)
@@ -348,7 +329,8 @@ func (s *Service) GetEndpoint(ctx context.Context, businessID, id string) (*ent.
 // EndpointByID returns an endpoint to an ACTIVE member of its business
 // (node(id:)); to anyone else it does not exist.
 func (s *Service) EndpointByID(ctx context.Context, id string) (*ent.WebhookEndpoint, error) {
-	if _, err := auth.RequireUser(ctx); err != nil {
+	p, err := operation.Caller(ctx, operation.GetEndpoint)
+	if err != nil {
 		return nil, err
 	}
 	e, err := s.db.WebhookEndpoint.Query().Where(webhookendpoint.ID(id)).Only(ctx)
@@ -358,7 +340,7 @@ func (s *Service) EndpointByID(ctx context.Context, id string) (*ent.WebhookEndp
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	if _, _, err := s.member(ctx, e.BusinessID); err != nil {
+	if _, _, err := business.Membership(ctx, s.db.Client, e.BusinessID, p.ID); err != nil {
 		return nil, apperr.New(apperr.NotFound, "webhook endpoint not found")
 	}
 	return e, nil
@@ -381,7 +363,7 @@ func (s *Service) endpoint(ctx context.Context, c *ent.Client, businessID, id st
 // queued deliveries end FAILED without an attempt (they can be retried by
 // hand once it is enabled again).
 func (s *Service) UpdateEndpoint(ctx context.Context, businessID, id string, in UpdateEndpointInput) (*ent.WebhookEndpoint, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.UpdateEndpoint, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -453,7 +435,7 @@ func cancelQueued(ctx context.Context, tx *ent.Tx, endpointID string, now time.T
 // DeleteEndpoint tombstones an endpoint: it disappears from every read and
 // receives nothing more, but its deliveries stay in the log.
 func (s *Service) DeleteEndpoint(ctx context.Context, businessID, id string) (*ent.WebhookEndpoint, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.DeleteEndpoint, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -490,7 +472,7 @@ func (s *Service) DeleteEndpoint(ctx context.Context, businessID, id string) (*e
 // previous secret keeps signing (a second signature in the header) for
 // RotationGrace; rotating again within the grace drops the oldest.
 func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*EndpointWithSecret, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := business.Manager(ctx, s.db.Client, operation.RotateSecret, businessID)
 	if err != nil {
 		return nil, err
 	}

@@ -7,6 +7,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/ethereum/go-ethereum/common"
+
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
@@ -17,6 +19,7 @@ import (
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
@@ -202,18 +205,37 @@ func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, i
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	vch, err := s.vouchers.CreateCheckout(ctx, voucher.CheckoutInput{
+	in2 := voucher.CheckoutInput{
 		BusinessID: b.ID, WidgetID: w.ID, SessionID: w.SessionID,
 		Payment: voucher.PaymentInput{
 			Network: tok.Network, Currency: tok.Currency, CurrencyAddress: tok.CurrencyAddress,
 			Amount: in.Amount, Wallet: &voucher.WalletInput{Address: wallet},
 		},
 		Reference: in.Reference, TokenHash: hash,
-	})
+	}
+	if n, _ := s.reg.Network(tok.Network); n.DepositFactory != "" {
+		in2.WatchNetwork, in2.DepositFor = n.Name, DepositFor(n.DepositFactory, wallet)
+	}
+	vch, err := s.vouchers.CreateCheckout(ctx, in2)
 	if err != nil {
 		return nil, err
 	}
 	return &NewCheckout{Voucher: vch, URL: s.publicURL + CheckoutPath(token)}, nil
+}
+
+// DepositFor gives each checkout paying out to payout its own deposit
+// address under factory: a forwarder that can only send to payout
+// (DepositFactory.flush).
+func DepositFor(factory, payout string) func(voucherID string) *payment.Deposit {
+	f, p := common.HexToAddress(factory), common.HexToAddress(payout)
+	return func(voucherID string) *payment.Deposit {
+		return &payment.Deposit{
+			Address:       deposit.ForVoucher(f, p, voucherID).Hex(),
+			PayoutAddress: p.Hex(),
+			Factory:       f.Hex(),
+			Sweep:         payment.Sweep{Status: payment.SweepNone},
+		}
+	}
 }
 
 func checkReference(v *apperr.Validator, ref string) {
@@ -229,7 +251,7 @@ func checkReference(v *apperr.Validator, ref string) {
 	}
 }
 
-// Page statuses: the hosted page's root data-status (DECISIONS.md).
+// Page statuses: the hosted page's root data-status (docs/widgets.md).
 const (
 	StatusAwaitingPayment = "awaiting_payment"
 	StatusPending         = "pending"
@@ -257,6 +279,9 @@ type PublicState struct {
 	// lamports); PaymentURI the wallet link for it (PaymentURI).
 	AmountAtomic string
 	PaymentURI   string
+	// Remaining is what is left to pay (decimal) while the settlement is
+	// PENDING with a paid amount below the due one; empty otherwise.
+	Remaining string
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
@@ -330,6 +355,13 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 		out.Network = n
 	}
 	out.AmountAtomic = atomicAmount(p.Amount, out.Token.Decimals)
+	if st := v.Settlement; st != nil && st.Status == payment.SettlementPending && st.PaidAmount != "" {
+		paid, perr := money.ParseAnyScale(st.PaidAmount)
+		due, derr := money.ParseAnyScale(p.Amount)
+		if perr == nil && derr == nil && paid.IsPositive() && paid.LessThan(due) {
+			out.Remaining = money.Format(due.Sub(paid))
+		}
+	}
 	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals)
 	return out
 }
@@ -337,12 +369,17 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 // PageStatus is a checkout's page status: awaiting_payment while it can be
 // paid, expired or failed when it ended unpaid, and once the customer
 // submitted a payment what its settlement says (pending until the chain
-// has confirmed it; DECISIONS.md, "Settlement").
+// has confirmed it; docs/settlement.md).
 func PageStatus(v *ent.Voucher) string {
 	switch v.Status {
 	case entvoucher.StatusREDEEMED, entvoucher.StatusRESERVED:
 		return StatusAwaitingPayment
 	case entvoucher.StatusDISCARDED:
+		if v.Settlement != nil && v.Settlement.Verified {
+			// A payment the watcher found after the checkout ended (a
+			// late payment): the page shows what the chain says of it.
+			break
+		}
 		if v.DiscardReason != nil && *v.DiscardReason == voucher.ReasonExpired {
 			return StatusExpired
 		}

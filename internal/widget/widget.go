@@ -1,5 +1,5 @@
 // Package widget lets a business take payments from its own customers
-// (DECISIONS.md, "Widgets and the hosted checkout"). A widget names the
+// (docs/widgets.md). A widget names the
 // tokens it accepts and a payout wallet for each network; the business's
 // server holds its client secret and creates checkouts, business vouchers
 // made REDEEMED as SIMPLE by the voucher service; the customer pays on the
@@ -27,18 +27,18 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	entwidget "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
-// Bounds (DECISIONS.md).
+// Bounds (docs/widgets.md).
 const (
 	MaxNameLength         = 128
 	MaxAccepts            = 20
@@ -220,20 +220,10 @@ func (s *Service) checkTerms(v *apperr.Validator, accepts []payment.Accept, wall
 	return outA, outW
 }
 
-// member returns the business when the caller is an ACTIVE member of it
-// (a user token) or one of its API keys (business.Caller); not_found
-// otherwise.
-func (s *Service) member(ctx context.Context, businessID string) (*ent.Business, *ent.BusinessUser, error) {
-	return business.Caller(ctx, s.db.Client, businessID)
-}
-
-// manager is member plus the OWNER or ADMIN role and an ACTIVE business.
-func (s *Service) manager(ctx context.Context, businessID string) (*ent.Business, error) {
-	b, m, err := s.member(ctx, businessID)
+// manager is business.Manager for op plus an ACTIVE business.
+func (s *Service) manager(ctx context.Context, op *operation.Op, businessID string) (*ent.Business, error) {
+	b, err := business.Manager(ctx, s.db.Client, op, businessID)
 	if err != nil {
-		return nil, err
-	}
-	if err := business.RequireManager(m); err != nil {
 		return nil, err
 	}
 	if err := business.RequireActive(b); err != nil {
@@ -247,7 +237,7 @@ var errNotFound = apperr.New(apperr.NotFound, "widget not found")
 // Create adds a widget to the business (OWNER or ADMIN) and returns it
 // with its client secret, the only time the secret is shown.
 func (s *Service) Create(ctx context.Context, businessID string, in CreateInput) (*WithSecret, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := s.manager(ctx, operation.CreateWidget, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +305,7 @@ func checkoutContext(ctx context.Context, tx *ent.Tx, widgetID string, now time.
 
 // List returns the business's widgets, oldest first (members).
 func (s *Service) List(ctx context.Context, businessID string) ([]*ent.Widget, error) {
-	b, _, err := s.member(ctx, businessID)
+	b, _, err := business.Member(ctx, s.db.Client, operation.ListWidgets, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -329,7 +319,7 @@ func (s *Service) List(ctx context.Context, businessID string) ([]*ent.Widget, e
 
 // Get returns one widget of the business (members).
 func (s *Service) Get(ctx context.Context, businessID, id string) (*ent.Widget, error) {
-	b, _, err := s.member(ctx, businessID)
+	b, _, err := business.Member(ctx, s.db.Client, operation.GetWidget, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -339,8 +329,8 @@ func (s *Service) Get(ctx context.Context, businessID, id string) (*ent.Widget, 
 // Node loads a widget for node(id:): visible to the ACTIVE members of its
 // business; nil (no error) to anyone else.
 func (s *Service) Node(ctx context.Context, id string) (*ent.Widget, error) {
-	p := auth.FromContext(ctx)
-	if p == nil || p.Kind != auth.KindUser {
+	p, err := operation.Caller(ctx, operation.GetWidget)
+	if err != nil {
 		return nil, nil
 	}
 	w, err := s.db.Widget.Get(ctx, id)
@@ -374,7 +364,7 @@ func (s *Service) load(ctx context.Context, c *ent.Client, businessID, id string
 
 // Update changes a widget (OWNER or ADMIN, ACTIVE business).
 func (s *Service) Update(ctx context.Context, businessID, id string, in UpdateInput) (*ent.Widget, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := s.manager(ctx, operation.UpdateWidget, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +416,7 @@ func (s *Service) Update(ctx context.Context, businessID, id string, in UpdateIn
 // RotateSecret gives the widget a new client secret (OWNER or ADMIN): the
 // old one stops working with this commit.
 func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*WithSecret, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := s.manager(ctx, operation.RotateWidgetSecret, businessID)
 	if err != nil {
 		return nil, err
 	}
@@ -449,7 +439,7 @@ func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*Wit
 // once. Checkouts it made stay: they are the business's vouchers, and
 // their customers may be paying.
 func (s *Service) Delete(ctx context.Context, businessID, id string) (string, error) {
-	b, err := s.manager(ctx, businessID)
+	b, err := s.manager(ctx, operation.DeleteWidget, businessID)
 	if err != nil {
 		return "", err
 	}
