@@ -85,10 +85,10 @@ func (s *pgScenarios) apiKeys(ctx context.Context) {
 		since := time.Now().Add(-time.Hour)
 		// The log as the outbox writes it, a millisecond apart.
 		if _, err := h.adm.ExecContext(ctx, `INSERT INTO events (id, business_id, voucher_id, voucher_version, type, payload, created_at)
-SELECT 'evt_bench' || g, $1, 'vch_bench' || g, 1, 'deposit.confirmed',
-  convert_to('{"id":"evt_bench' || g || '","type":"deposit.confirmed","createdAt":"2026-11-27T00:00:00.000Z","data":{"businessId":"' || $1 || '","voucherId":"vch_bench' || g || '"}}', 'UTF8'),
+SELECT 'evt_bench' || g, $1::text, 'vch_bench' || g, 1, 'deposit.confirmed',
+  convert_to('{"id":"evt_bench' || g || '","type":"deposit.confirmed","createdAt":"2026-11-27T00:00:00.000Z","data":{"businessId":"' || $1::text || '","voucherId":"vch_bench' || g || '"}}', 'UTF8'),
   $2::timestamptz + g * interval '1 millisecond'
-FROM generate_series(1, $3) g`, biz, since, replayEvents); err != nil {
+FROM generate_series(1, $3::int) g`, biz, since, replayEvents); err != nil {
 			return err
 		}
 		var out struct {
