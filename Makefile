@@ -92,14 +92,17 @@ fuzz:
 ## bench: the service against the machine's own limits (pgbench running its
 ## redeem SQL, a bare net/http read, a bare websocket fan-out), measured side
 ## by side on a throwaway durable PostgreSQL; prints the table and writes
-## bench/out/results.json and report.html. BENCH_FLAGS passes flags, e.g.
+## bench/out/results.json and report.html; a missed target fails it (after
+## the settlement lines have run too). BENCH_FLAGS passes flags, e.g.
 ## BENCH_FLAGS="-duration 20s -profile". See docs/performance.md.
 BENCH_FLAGS ?=
 bench: ensure-postgres
 	$(GO) build -o bin/voucherd ./cmd/voucherd
 	$(GO) build -o bin/voucherbench ./cmd/voucherbench
-	ulimit -n "$$(ulimit -Hn)" && ./bin/voucherbench -voucherd bin/voucherd -out bench/out $(BENCH_FLAGS)
-	$(MAKE) bench-settlement
+	@status=0; \
+	( ulimit -n "$$(ulimit -Hn)" && ./bin/voucherbench -voucherd bin/voucherd -out bench/out $(BENCH_FLAGS) ) || status=$$?; \
+	$(MAKE) bench-settlement || status=$$?; \
+	exit $$status
 
 ## bench-settlement: the settlement lines alone (internal/settlement's
 ## BenchmarkWatcher1000 on SQLite and PostgreSQL: 1,000 pending vouchers,

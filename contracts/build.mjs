@@ -44,6 +44,7 @@ for (const [file, contracts] of Object.entries(result.contracts)) {
   const out = file.startsWith('deposit/') ? outs.deposit : outs.src;
   fs.mkdirSync(out, { recursive: true });
   for (const [name, c] of Object.entries(contracts)) {
+    if (!c.evm.bytecode.object) continue; // an interface: nothing to deploy
     fs.writeFileSync(path.join(out, `${name}.abi.json`), JSON.stringify(c.abi, null, 2) + '\n');
     fs.writeFileSync(path.join(out, `${name}.bin`), c.evm.bytecode.object + '\n');
     console.log(`${file}:${name} -> ${path.relative(path.join(here, '..'), out)}/${name}.{abi.json,bin}`);

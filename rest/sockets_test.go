@@ -104,7 +104,15 @@ func TestSocketsEndWithTheirGrounds(t *testing.T) {
 					t.Fatalf("before: %s %s %s", m.Type, m.ID, m.Payload)
 				}
 			}
+			// b remembers the member's ACTIVE membership from this read;
+			// made INACTIVE on a, the member's next read on b is 404.
+			if r := b.Do(t, "GET", "/api/v1/vouchers/"+bvid, member.Token, nil); r.Status != 200 {
+				t.Fatalf("member's read before INACTIVE: %d %s", r.Status, r.Body)
+			}
 			setMembership("INACTIVE")
+			if r := b.Do(t, "GET", "/api/v1/vouchers/"+bvid, member.Token, nil); r.Status != http.StatusNotFound {
+				t.Fatalf("INACTIVE member's read: %d %s", r.Status, r.Body)
+			}
 			if code, text := memberSock.closed(); code != 4403 || !strings.Contains(text, "membership ended") {
 				t.Fatalf("member's socket after INACTIVE: %d %q, want 4403", code, text)
 			}

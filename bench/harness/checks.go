@@ -38,14 +38,14 @@ func checks(r *report.Run) []report.Check {
 	}
 
 	for _, c := range transitionClients(r) {
-		target := fmt.Sprintf("transitions >= 0.5 x pgbench (%d)", c)
+		target := fmt.Sprintf("transitions >= 0.6 x pgbench (%d)", c)
 		svc, why1 := get(fmt.Sprintf("redeem-rest-c%d", c))
 		ref, why2 := get(fmt.Sprintf("ref-pgbench-c%d", c))
 		if svc == nil || ref == nil {
-			out = append(out, notRun(target, "redeem REST tx/s", "pgbench tx/s", 0.5, true, first(why1, why2)))
+			out = append(out, notRun(target, "redeem REST tx/s", "pgbench tx/s", 0.6, true, first(why1, why2)))
 			continue
 		}
-		out = append(out, report.NewCheck(target, "redeem REST", svc.Latency.PerSec, "/s", fmt.Sprintf("pgbench -c %d", c), ref.Latency.PerSec, 0.5, true))
+		out = append(out, report.NewCheck(target, "redeem REST", svc.Latency.PerSec, "/s", fmt.Sprintf("pgbench -c %d", c), ref.Latency.PerSec, 0.6, true))
 	}
 
 	{
@@ -71,9 +71,9 @@ func checks(r *report.Run) []report.Check {
 	}
 
 	if x, why := get("read-rest-unloaded"); x == nil {
-		out = append(out, notRun("REST GET p50 <= 0.5 ms unloaded", "GET p50", "0.5 ms", 1, false, why))
+		out = append(out, notRun("REST GET p50 <= 0.3 ms unloaded", "GET p50", "0.3 ms", 1, false, why))
 	} else {
-		out = append(out, report.NewCheck("REST GET p50 <= 0.5 ms unloaded", "GET p50", ms(x.Latency.P50), "ms", "target 0.5 ms", 0.5, 1, false))
+		out = append(out, report.NewCheck("REST GET p50 <= 0.3 ms unloaded", "GET p50", ms(x.Latency.P50), "ms", "target 0.3 ms", 0.3, 1, false))
 	}
 
 	var readLoaded []string
@@ -129,14 +129,35 @@ func checks(r *report.Run) []report.Check {
 		out = append(out, report.NewCheck("<= 16 KiB per idle subscription", "RSS per subscription", v, "KiB", "target 16 KiB", 16, 1, false))
 	}
 
-	for _, side := range []struct{ id, label string }{{"subs-c2c", "PG, same replica"}, {"subs-c2c-replica", "PG, other replica"}, {"subs-c2c-sqlite", "SQLite"}} {
-		target := "commit->subscriber p99 <= 5 ms at 1000/s (" + side.label + ")"
+	// On PostgreSQL the bound is the floor measured in the same phase (a
+	// bare NOTIFY in a committing transaction, read by a bare LISTEN), and
+	// the absolute 5 ms is reported beside it; SQLite (one process, no
+	// database hop) keeps the absolute bound.
+	floorC2C, floorWhy := get(c2cFloorID)
+	for _, side := range []struct {
+		id, label string
+		bound     float64
+	}{{"subs-c2c", "PG, same replica", 1.2}, {"subs-c2c-replica", "PG, other replica", 1.5}, {"subs-c2c-sqlite", "SQLite", 0}} {
+		target := fmt.Sprintf("commit->subscriber p99 <= %.1f x NOTIFY floor at 1000/s (%s)", side.bound, side.label)
+		if side.bound == 0 {
+			target = "commit->subscriber p99 <= 5 ms at 1000/s (" + side.label + ")"
+		}
 		x, why := get(side.id)
-		if x == nil {
-			out = append(out, notRun(target, "p99", "5 ms", 1, false, why))
+		if x == nil || (side.bound > 0 && floorC2C == nil) {
+			if side.bound > 0 {
+				out = append(out, notRun(target, "p99", "floor p99", side.bound, false, first(why, floorWhy)))
+				out = append(out, report.Check{Target: "commit->subscriber p99, 5 ms (" + side.label + ")", Figure: "p99", Info: true, NotRun: first(why, floorWhy)})
+			} else {
+				out = append(out, notRun(target, "p99", "5 ms", 1, false, why))
+			}
 			continue
 		}
-		c := report.NewCheck(target, "commit->subscriber p99", ms(x.Latency.P99), "ms", "target 5 ms", 5, 1, false)
+		var c report.Check
+		if side.bound > 0 {
+			c = report.NewCheck(target, "commit->subscriber p99", ms(x.Latency.P99), "ms", "NOTIFY→LISTEN floor p99", ms(floorC2C.Latency.P99), side.bound, false)
+		} else {
+			c = report.NewCheck(target, "commit->subscriber p99", ms(x.Latency.P99), "ms", "target 5 ms", 5, 1, false)
+		}
 		// The latency only counts at the rate the target names: a phase
 		// that fell short of it measured an easier load.
 		want := 0.0
@@ -155,6 +176,9 @@ func checks(r *report.Run) []report.Check {
 			}
 		}
 		out = append(out, c)
+		if side.bound > 0 {
+			out = append(out, report.NewInfo("commit->subscriber p99, 5 ms ("+side.label+")", "commit->subscriber p99", ms(x.Latency.P99), "ms", "5 ms", 5))
+		}
 	}
 
 	{
@@ -216,6 +240,25 @@ func transitionClients(r *report.Run) []int {
 		if _, err := fmt.Sscanf(x.ID, "redeem-rest-c%d", &c); err == nil && !seen[c] {
 			seen[c] = true
 			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Failures lists the checks that make a run fail: every MISSED target, and
+// every target that could not be measured although its group ran (a NOT
+// RUN of a group left out with -only is not a failure).
+func Failures(r *report.Run) []string {
+	var out []string
+	for _, c := range r.Checks {
+		switch {
+		case c.Info:
+		case c.NotRun != "":
+			if !strings.Contains(c.NotRun, "was not part of this run") {
+				out = append(out, c.Target+": NOT RUN: "+c.NotRun)
+			}
+		case !c.Met:
+			out = append(out, c.Target+": MISSED")
 		}
 	}
 	return out

@@ -358,19 +358,60 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	if t.flushDir != "" {
 		disk = flushWatch(t.flushDir)
 	}
-	n, errs, lag, elapsed := OpenLoop(ctx, h.cfg.C2CRate, h.cfg.Duration, 512, func(ctx context.Context, i int) error {
-		v := i % k
-		t0 := time.Now()
-		if _, err := writers.ok(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody); err != nil {
+	// On PostgreSQL the service takes turns with the floor (c2cFloor) in
+	// slices, at the same rate, so both see the same machine and disk.
+	var fl *c2cFloor
+	if t.replica != nil {
+		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
 			return err
 		}
-		t1 := time.Now()
-		neg.Add(t1.Sub(t0))
-		mu.Lock()
-		sends[v] = append(sends[v], sent{t0, t1})
-		mu.Unlock()
-		return nil
-	})
+		defer fl.close()
+	}
+	slice := h.cfg.Duration
+	if fl != nil {
+		slice = c2cSlice
+	}
+	var (
+		n            int
+		errs         = stats.NewRecorder(0)
+		lag          stats.Summary
+		elapsed      time.Duration
+		floorSent    int
+		floorErrs    = stats.NewRecorder(0)
+		floorSlices  int
+		floorSkipped int
+	)
+	for elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
+		base := n
+		sn, serrs, slag, sel := OpenLoop(ctx, h.cfg.C2CRate, slice, 512, func(ctx context.Context, i int) error {
+			v := (base + i) % k
+			t0 := time.Now()
+			if _, err := writers.ok(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody); err != nil {
+				return err
+			}
+			t1 := time.Now()
+			neg.Add(t1.Sub(t0))
+			mu.Lock()
+			sends[v] = append(sends[v], sent{t0, t1})
+			mu.Unlock()
+			return nil
+		})
+		n += sn
+		errs.Merge(serrs)
+		elapsed += sel
+		lag.P99 = max(lag.P99, slag.P99)
+		if fl == nil {
+			continue
+		}
+		if !fl.captured() {
+			floorSkipped++
+			continue
+		}
+		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
+		floorSent += fn
+		floorErrs.Merge(ferrs)
+		floorSlices++
+	}
 	machineBusy := busy()
 	diskFigures := disk()
 	time.Sleep(2 * time.Second) // let the last updates arrive
@@ -427,6 +468,22 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			}
 		}
 		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
+		if side == 0 && fl != nil {
+			lats, miss := fl.latencies()
+			fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
+			fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
+			note := ""
+			if floorSlices == 0 {
+				note = "no service notification carrying a row was seen to copy"
+			}
+			h.add(&report.Result{ID: c2cFloorID, Group: "subscriptions", Name: fmt.Sprintf("floor: NOTIFY in a committing transaction → LISTEN, %.0f/s", h.cfg.C2CRate),
+				Unit: "notification", Latency: &fsum, NotRun: note,
+				Figures: []report.Figure{
+					{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
+					{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
+					{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
+				}})
+		}
 		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
 			Figures: append([]report.Figure{
 				{Name: "subscribers", Value: float64(x.subs), Unit: ""},

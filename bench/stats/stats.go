@@ -38,6 +38,22 @@ func (r *Recorder) AddBatch(ds []time.Duration) {
 	r.mu.Unlock()
 }
 
+// Merge adds o's samples and errors to r.
+func (r *Recorder) Merge(o *Recorder) {
+	o.mu.Lock()
+	samples, errs, msgs := slices.Clone(o.samples), o.errors, slices.Clone(o.errSample)
+	o.mu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.samples = append(r.samples, samples...)
+	r.errors += errs
+	for _, m := range msgs {
+		if len(r.errSample) < 5 && !slices.Contains(r.errSample, m) {
+			r.errSample = append(r.errSample, m)
+		}
+	}
+}
+
 // Error records a failed operation; err's text is kept if it is one of the
 // first five distinct ones.
 func (r *Recorder) Error(err error) {

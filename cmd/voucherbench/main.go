@@ -132,7 +132,7 @@ func runBench(args []string, log *slog.Logger) error {
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
-	_, err = harness.Run(ctx, harness.Config{
+	run, err := harness.Run(ctx, harness.Config{
 		Voucherd: vd, Self: self, OutDir: *out, Only: groups,
 		Warmup: *warmup, Duration: *duration, Unloaded: *unloaded,
 		TransitionClients: cs, ReadClients: *readC, LifecycleClients: *lifeC, PgbenchMaxTPS: *maxTPS,
@@ -140,5 +140,13 @@ func runBench(args []string, log *slog.Logger) error {
 		WebhookRate: *whRate, WebhookBurst: *whBurst,
 		Profile: *profile, Log: log, Out: os.Stdout,
 	})
-	return err
+	if err != nil {
+		return err
+	}
+	// A missed target fails the run (and make bench), as a failing test
+	// would.
+	if failed := harness.Failures(run); len(failed) > 0 {
+		return fmt.Errorf("%d target(s) not met:\n  %s", len(failed), strings.Join(failed, "\n  "))
+	}
+	return nil
 }

@@ -91,8 +91,9 @@ type App struct {
 	// membership of the user ends (endLocalSockets).
 	principals *graph.Sockets
 	// ends spreads those ends over the replicas: each closes its sockets
-	// and forgets the principal in its caches (the sessions' live cache)
-	// before the ending request is answered (internal/revocation).
+	// and forgets the principal in its caches (the sessions' live
+	// sessions, the vouchers' ACTIVE memberships) before the ending request
+	// is answered (internal/revocation).
 	ends *revocation.Ends
 	// Settlement keeps resolved vouchers' settlement; its watcher (run by
 	// Start) follows the verified networks' chains.
@@ -452,7 +453,7 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	}
 	a.Vouchers, err = voucher.NewService(a.DB, voucher.Options{
 		Finance: fin, Sessions: a.Sessions, TTL: cfg.VoucherTTL,
-		Events: a.Outbox, Publisher: a.publisher(), Settlement: a.Settlement, Log: a.Log,
+		Events: a.Outbox, Publisher: a.publisher(), Settlement: a.Settlement, Ends: a.ends, Log: a.Log,
 	})
 	return err
 }

@@ -40,18 +40,26 @@ type pkg struct {
 	ImportPath string
 	Imports    []string
 	Deps       []string
+	// ForTest is set on a test variant: the package whose tests it
+	// builds (go list -test).
+	ForTest string
+	// test marks a test variant, its test binary or an external test
+	// package; their ImportPath carries no " [x.test]" suffix here.
+	test bool
 }
 
-// list is `go list -json` over the module: each package's direct imports
-// and its transitive dependencies, without tests (the rules are about the
-// code the service runs; tests may drive a door through testsupport).
+// list is `go list -test -json` over the module: each package's direct
+// imports and its transitive dependencies, and the same for its tests
+// (the package compiled with its _test.go files, the external _test
+// package and the test binary). A dependency compiled for a test
+// ("p [q.test]") counts as p.
 func list(t *testing.T) []pkg {
 	t.Helper()
 	out, err := exec.Command("go", "env", "GOMOD").Output()
 	if err != nil {
 		t.Fatalf("go env GOMOD: %v", err)
 	}
-	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Imports,Deps", module+"/...")
+	cmd := exec.Command("go", "list", "-e", "-test", "-json=ImportPath,Imports,Deps,ForTest", module+"/...")
 	cmd.Dir = filepath.Dir(strings.TrimSpace(string(out)))
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
@@ -68,12 +76,13 @@ func list(t *testing.T) []pkg {
 		} else if err != nil {
 			t.Fatalf("go list output: %v", err)
 		}
-		p.ImportPath = strings.TrimPrefix(p.ImportPath, module+"/")
+		p.test = p.ForTest != "" || strings.HasSuffix(p.ImportPath, ".test")
+		p.ImportPath = strings.TrimSuffix(strings.TrimSuffix(clean(p.ImportPath), ".test"), "_test")
 		for i := range p.Imports {
-			p.Imports[i] = strings.TrimPrefix(p.Imports[i], module+"/")
+			p.Imports[i] = clean(p.Imports[i])
 		}
 		for i := range p.Deps {
-			p.Deps[i] = strings.TrimPrefix(p.Deps[i], module+"/")
+			p.Deps[i] = clean(p.Deps[i])
 		}
 		pkgs = append(pkgs, p)
 	}
@@ -81,6 +90,13 @@ func list(t *testing.T) []pkg {
 		t.Fatalf("go list found only %d packages", len(pkgs))
 	}
 	return pkgs
+}
+
+// clean drops the module prefix and the " [x.test]" of a package compiled
+// for a test.
+func clean(path string) string {
+	path, _, _ = strings.Cut(path, " [")
+	return strings.TrimPrefix(path, module+"/")
 }
 
 func under(path, root string) bool { return path == root || strings.HasPrefix(path, root+"/") }
@@ -103,9 +119,16 @@ func TestLayering(t *testing.T) {
 	for _, p := range pkgs {
 		seen[p.ImportPath] = true
 		door := doorOf(p.ImportPath)
-		// Doors never import each other, directly or through anything.
+		// Doors never import each other, directly or through anything. A
+		// door's tests may reach another door only through the top-level
+		// testsupport (the real binary, whose answers a parity test holds
+		// side by side), never by importing it.
 		if door != "" {
-			for _, d := range p.Deps {
+			deps := p.Deps
+			if p.test {
+				deps = p.Imports
+			}
+			for _, d := range deps {
 				if other := doorOf(d); other != "" && other != door {
 					t.Errorf("%s (door %s) depends on %s (door %s): doors meet only in internal/", p.ImportPath, door, d, other)
 				}
@@ -114,15 +137,20 @@ func TestLayering(t *testing.T) {
 		if !under(p.ImportPath, "internal") {
 			continue
 		}
-		// internal/ never depends on a door: no exceptions. Code that needs
-		// a door (test support driving the REST door's OpenAPI document)
-		// lives outside internal/ (testsupport/, cmd/).
+		// internal/ never depends on a door, its tests included: no
+		// exceptions. Code that needs a door (test support driving the REST
+		// door's OpenAPI document, an end-to-end test through the binary)
+		// lives outside internal/ (testsupport/, cmd/voucherd's tests).
 		for _, d := range p.Deps {
 			if doorOf(d) != "" {
-				t.Errorf("%s depends on the door package %s: move the code that needs it into the door, or the composition root (cmd/voucherd)", p.ImportPath, d)
+				t.Errorf("%s%s depends on the door package %s: move the code that needs it into the door, or the composition root (cmd/voucherd and its tests)", p.ImportPath, testNote(p), d)
 			}
 		}
-		// Only the named infrastructure imports net/http.
+		// Only the named infrastructure imports net/http (tests may: they
+		// stand up HTTP servers to call or be called).
+		if p.test {
+			continue
+		}
 		for _, imp := range p.Imports {
 			if isHTTP(imp) {
 				usesHTTP[p.ImportPath] = true
@@ -134,7 +162,7 @@ func TestLayering(t *testing.T) {
 	}
 	// The service binary carries no test support.
 	for _, p := range pkgs {
-		if p.ImportPath != "cmd/voucherd" {
+		if p.ImportPath != "cmd/voucherd" || p.test {
 			continue
 		}
 		for _, d := range p.Deps {
@@ -152,6 +180,13 @@ func TestLayering(t *testing.T) {
 			t.Errorf("httpAllowed names %s, which does not import net/http (any more): drop it", path)
 		}
 	}
+}
+
+func testNote(p pkg) string {
+	if p.test {
+		return " (its tests)"
+	}
+	return ""
 }
 
 func sortedKeys(m map[string]bool) []string {

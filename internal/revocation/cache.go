@@ -67,7 +67,8 @@ func NewCache[K comparable, V any](max int, ready func() bool) *Cache[K, V] {
 }
 
 // Get returns the entry for key when there is one, now is before its
-// expiry, and the cache may answer.
+// expiry, and the cache may answer. A nil cache never answers (and Begin
+// and Put do nothing on it).
 func (c *Cache[K, V]) Get(key K, now time.Time) (V, bool) {
 	var zero V
 	if c == nil || (c.ready != nil && !c.ready()) {
@@ -85,6 +86,9 @@ func (c *Cache[K, V]) Get(key K, now time.Time) (V, bool) {
 // Begin is called before the database is read for key; its ticket goes to
 // Put.
 func (c *Cache[K, V]) Begin() Ticket {
+	if c == nil {
+		return 0
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	return Ticket(c.gen)
@@ -93,6 +97,9 @@ func (c *Cache[K, V]) Begin() Ticket {
 // Put remembers v for key, ended by principal id, used until until (zero:
 // no expiry), unless an end or a Clear happened since t was issued.
 func (c *Cache[K, V]) Put(t Ticket, key K, id string, v V, until time.Time) {
+	if c == nil {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if uint64(t) != c.gen {

@@ -53,7 +53,10 @@ type Options struct {
 // comment). The zero value is not usable; New makes one. Before Connect
 // (and for good on SQLite, one process) an end is local only.
 type Ends struct {
-	opts  Options
+	opts Options
+	// hooks guards local and lost: caches may be added while the listener
+	// already delivers ends.
+	hooks sync.RWMutex
 	local []func(id string)
 	lost  []func()
 
@@ -83,16 +86,32 @@ func New(opts Options) *Ends {
 }
 
 // OnEnd adds f to what an end does on each replica (forget the principal in
-// a cache, close its websockets). f must not block. Call it before serving.
-func (e *Ends) OnEnd(f func(id string)) { e.local = append(e.local, f) }
+// a cache, close its websockets). f must not block.
+func (e *Ends) OnEnd(f func(id string)) {
+	e.hooks.Lock()
+	e.local = append(e.local, f)
+	e.hooks.Unlock()
+}
+
+// endLocal runs what an end does on this replica.
+func (e *Ends) endLocal(id string) {
+	e.hooks.RLock()
+	fs := e.local
+	e.hooks.RUnlock()
+	for _, f := range fs {
+		f(id)
+	}
+}
 
 // NewCacheFor returns a cache that answers only while this replica hears ends,
 // forgets a principal when it ends anywhere, and is cleared when ends may
-// have been missed. Build caches before serving.
+// have been missed.
 func NewCacheFor[K comparable, V any](e *Ends, max int) *Cache[K, V] {
 	c := NewCache[K, V](max, e.Ready)
 	e.OnEnd(c.End)
+	e.hooks.Lock()
 	e.lost = append(e.lost, c.Clear)
+	e.hooks.Unlock()
 	return c
 }
 
@@ -111,7 +130,10 @@ func (e *Ends) Ready() bool {
 // connection was re-established): every cache is cleared, since an end
 // sent meanwhile was not heard.
 func (e *Ends) Lost() {
-	for _, f := range e.lost {
+	e.hooks.RLock()
+	fs := e.lost
+	e.hooks.RUnlock()
+	for _, f := range fs {
 		f()
 	}
 }
@@ -122,9 +144,7 @@ func (e *Ends) Lost() {
 // silent long enough that its caches no longer answer, or is gone). Call
 // it after the end committed.
 func (e *Ends) End(id string) {
-	for _, f := range e.local {
-		f(id)
-	}
+	e.endLocal(id)
 	t := e.tr.Load()
 	if t == nil || strings.ContainsAny(id, " \x00") {
 		return
@@ -205,9 +225,7 @@ func (e *Ends) Handle(payload string) {
 	if id == "" {
 		return
 	}
-	for _, f := range e.local {
-		f(id)
-	}
+	e.endLocal(id)
 	if t != nil && origin != "" && nonce != "" {
 		t.Send(AckChannel, origin+" "+nonce+" "+t.Replica)
 	}

@@ -86,7 +86,7 @@ func newReceiver(b *testing.B) (*receiver, string) {
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return
 		}
-		if p.Type == webhook.DepositConfirmed {
+		if p.Type == settlement.EventConfirmed {
 			r.mu.Lock()
 			if _, dup := r.at[p.Data.VoucherID]; !dup {
 				r.at[p.Data.VoucherID] = now
@@ -155,7 +155,7 @@ func benchWatcher(b *testing.B, dialect string) {
 	})
 	hooks := webhook.NewService(db, webhook.Options{Box: box, AllowPrivate: true, Dispatcher: disp})
 	if _, err := hooks.CreateEndpoint(as(e.member), e.biz.ID, webhook.CreateEndpointInput{
-		URL: url + "/hooks", Events: []string{webhook.DepositConfirmed},
+		URL: url + "/hooks", Events: []string{settlement.EventConfirmed},
 	}); err != nil {
 		b.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
-	"github.com/voucherd/voucherd/ent/settlementclaim"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -132,8 +131,7 @@ type detection struct {
 // transactions. vs are the vouchers pending on the network (the rest are
 // read); it returns, by voucher id, the voucher and what to add, and the
 // hashes to look up. A transaction already in the checkout's settlement (a
-// submitted hash, an earlier scan) is not added again; one another voucher
-// claimed is left to it.
+// submitted hash, an earlier scan) is not added again.
 func (s *Service) detected(ctx context.Context, n *watched, found []Found, vs []*ent.Voucher) (map[string]*ent.Voucher, map[string][]string, error) {
 	byID := map[string][]string{}
 	for _, f := range found {
@@ -190,27 +188,12 @@ func (s *Service) detected(ctx context.Context, n *watched, found []Found, vs []
 	if len(all) == 0 {
 		return nil, nil, nil
 	}
-	claims, err := s.db.SettlementClaim.Query().
-		Where(settlementclaim.Network(n.Name), settlementclaim.TransactionHashIn(all...)).All(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	for _, c := range claims {
-		hs := byID[c.VoucherID]
-		if slices.Contains(hs, c.TransactionHash) {
-			continue // its own claim (cannot be without the settlement naming it; harmless)
-		}
-		for id, hs := range byID {
-			if i := slices.Index(hs, c.TransactionHash); i >= 0 {
-				s.log.WarnContext(ctx, "settlement: a payment to a deposit address is claimed by another voucher's receipt",
-					"network", n.Name, "transaction", c.TransactionHash, "voucher", id, "claimedBy", c.VoucherID)
-				byID[id] = slices.Delete(hs, i, i+1)
-				if len(byID[id]) == 0 {
-					delete(byID, id)
-				}
-			}
-		}
-	}
+	// No claim filters a detection: a deposit address is its checkout's
+	// alone (a fresh CREATE2 address), so a credit to it is that
+	// checkout's even when another voucher handed in the same hash first
+	// (one naming the deposit address as its own wallet could otherwise
+	// take a business's payment from its checkout), and one transaction
+	// paying several deposit addresses (a batched withdrawal) pays each.
 	for id := range rows {
 		if byID[id] == nil {
 			delete(rows, id)
@@ -327,8 +310,14 @@ func (s *Service) commitDetections(ctx context.Context, n *watched, cs []change,
 			}
 			written = append(written, &nv)
 		}
-		if err := tx.SettlementClaim.CreateBulk(claims...).Exec(ctx); err != nil {
-			return fmt.Errorf("settlement: claim detected transactions: %w", err)
+		// Claimed where no voucher has yet, so a later submit-payment
+		// naming one elsewhere is refused as claimed; a claim already there
+		// (another voucher's receipt, another deposit address paid by the
+		// same transaction) stays as it is and takes nothing from this one.
+		if len(claims) > 0 {
+			if err := tx.SettlementClaim.CreateBulk(claims...).OnConflict().DoNothing().Exec(ctx); err != nil {
+				return fmt.Errorf("settlement: claim detected transactions: %w", err)
+			}
 		}
 		if s.events != nil && len(evVouchers) > 0 {
 			return s.events.SettlementsChanged(ctx, tx, evVouchers, evTypes)

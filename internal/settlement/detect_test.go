@@ -146,7 +146,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			w.poll() // in the pool, not mined: nothing yet
 			w.expect(t, c, entvoucher.StatusREDEEMED, "", "")
 			w.blocks(1)
-			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "7.25", webhook.DepositPending)
+			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "7.25", settlement.EventPending)
 			tx := v.Settlement.Transactions[0]
 			if len(v.Settlement.Transactions) != 1 || tx.TransactionHash != strings.ToLower(h) || !tx.Detected || tx.Late || tx.Status != payment.TxMined {
 				t.Fatalf("detected %+v", v.Settlement.Transactions)
@@ -155,10 +155,10 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 				t.Fatalf("resolved as submit-payment would: receipts %+v live code %v", v.Receipts, v.LiveCode)
 			}
 			w.blocks(required - 1)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "7.25", webhook.DepositPending, webhook.DepositConfirmed)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "7.25", settlement.EventPending, settlement.EventConfirmed)
 			// Decided; further blocks change nothing.
 			w.blocks(2)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "7.25", webhook.DepositPending, webhook.DepositConfirmed)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "7.25", settlement.EventPending, settlement.EventConfirmed)
 		})
 
 		run("same_amount_paid_in_reverse_order", func(t *testing.T) {
@@ -167,11 +167,11 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			hb := w.transfer(t, w.payer, w.usdc, b.addr(), "5", 6)
 			w.blocks(1)
 			w.expect(t, a, entvoucher.StatusREDEEMED, "", "")
-			w.expect(t, b, entvoucher.StatusRESOLVED, payment.SettlementPending, "5", webhook.DepositPending)
+			w.expect(t, b, entvoucher.StatusRESOLVED, payment.SettlementPending, "5", settlement.EventPending)
 			ha := w.transfer(t, w.other, w.usdc, a.addr(), "5", 6)
 			w.blocks(required)
-			va := w.expect(t, a, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "5", webhook.DepositPending, webhook.DepositConfirmed)
-			vb := w.expect(t, b, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "5", webhook.DepositPending, webhook.DepositConfirmed)
+			va := w.expect(t, a, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "5", settlement.EventPending, settlement.EventConfirmed)
+			vb := w.expect(t, b, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "5", settlement.EventPending, settlement.EventConfirmed)
 			if va.Settlement.Transactions[0].TransactionHash != strings.ToLower(ha) || vb.Settlement.Transactions[0].TransactionHash != strings.ToLower(hb) {
 				t.Fatalf("each checkout claims its own payment: a %+v b %+v", va.Settlement.Transactions, vb.Settlement.Transactions)
 			}
@@ -182,7 +182,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			w.transfer(t, w.payer, w.usdc, c.addr(), "4", 6)
 			w.blocks(required + 1)
 			// Confirmed but short, the checkout still open: no verdict.
-			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "4", webhook.DepositPending)
+			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "4", settlement.EventPending)
 			if v.Settlement.Transactions[0].Status != payment.TxConfirmed {
 				t.Fatalf("first part %+v", v.Settlement.Transactions[0])
 			}
@@ -192,24 +192,24 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			}
 			w.transfer(t, w.payer, w.usdc, c.addr(), "6", 6)
 			w.blocks(required)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "10", webhook.DepositPending, webhook.DepositConfirmed)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "10", settlement.EventPending, settlement.EventConfirmed)
 		})
 
 		run("overpaid", func(t *testing.T) {
 			c := w.checkout(t, "USDC", usdc, "3")
 			w.transfer(t, w.payer, w.usdc, c.addr(), "3.5", 6)
 			w.blocks(required)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementOverpaid, "3.5", webhook.DepositPending, webhook.DepositOverpaid)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementOverpaid, "3.5", settlement.EventPending, settlement.EventOverpaid)
 		})
 
 		run("underpaid_at_expiry", func(t *testing.T) {
 			c := w.checkout(t, "USDC", usdc, "8")
 			w.transfer(t, w.payer, w.usdc, c.addr(), "2", 6)
 			w.blocks(required)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "2", webhook.DepositPending)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "2", settlement.EventPending)
 			w.later(t, time.Hour) // the voucher TTL
 			w.blocks(1)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementUnderpaid, "2", webhook.DepositPending, webhook.DepositUnderpaid)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementUnderpaid, "2", settlement.EventPending, settlement.EventUnderpaid)
 		})
 
 		run("decoy_token_is_not_a_payment", func(t *testing.T) {
@@ -225,9 +225,9 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			to := common.HexToAddress(c.addr())
 			w.send(t, w.payer, &to, units("0.25", 18), nil)
 			w.blocks(1)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "0.25", webhook.DepositPending)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "0.25", settlement.EventPending)
 			w.blocks(required - 1)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "0.25", webhook.DepositPending, webhook.DepositConfirmed)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "0.25", settlement.EventPending, settlement.EventConfirmed)
 		})
 
 		run("hash_submitted_for_a_detected_payment", func(t *testing.T) {
@@ -239,7 +239,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.blocks(required)
-			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "1.5", webhook.DepositPending, webhook.DepositConfirmed)
+			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "1.5", settlement.EventPending, settlement.EventConfirmed)
 			if len(v.Settlement.Transactions) != 1 {
 				t.Fatalf("counted twice: %+v", v.Settlement.Transactions)
 			}
@@ -250,7 +250,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.blocks(required)
-			v = w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "1.5", webhook.DepositPending, webhook.DepositConfirmed)
+			v = w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "1.5", settlement.EventPending, settlement.EventConfirmed)
 			if len(v.Settlement.Transactions) != 1 || v.Settlement.Transactions[0].Detected {
 				t.Fatalf("counted twice, or not as the receipt: %+v", v.Settlement.Transactions)
 			}
@@ -265,7 +265,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			w.expect(t, c, entvoucher.StatusDISCARDED, "", "", webhook.DepositExpired)
 			w.transfer(t, w.payer, w.usdc, c.addr(), "6", 6)
 			w.blocks(1)
-			v := w.expect(t, c, entvoucher.StatusDISCARDED, payment.SettlementPending, "6", webhook.DepositExpired, webhook.DepositPending)
+			v := w.expect(t, c, entvoucher.StatusDISCARDED, payment.SettlementPending, "6", webhook.DepositExpired, settlement.EventPending)
 			if !v.Settlement.Transactions[0].Late || !v.Settlement.Transactions[0].Detected {
 				t.Fatalf("late payment %+v", v.Settlement.Transactions[0])
 			}
@@ -273,9 +273,9 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 				t.Fatalf("the page shows %s for a late payment", st.Status)
 			}
 			w.blocks(required)
-			w.expect(t, c, entvoucher.StatusDISCARDED, payment.SettlementConfirmed, "6", webhook.DepositExpired, webhook.DepositPending, webhook.DepositConfirmed)
+			w.expect(t, c, entvoucher.StatusDISCARDED, payment.SettlementConfirmed, "6", webhook.DepositExpired, settlement.EventPending, settlement.EventConfirmed)
 			for _, p := range w.payloads(t, c.v.ID) {
-				if late := p.Type == webhook.DepositPending || p.Type == webhook.DepositConfirmed; p.Data.Late != late {
+				if late := p.Type == settlement.EventPending || p.Type == settlement.EventConfirmed; p.Data.Late != late {
 					t.Fatalf("%s: data.late %v", p.Type, p.Data.Late)
 				}
 			}
@@ -289,7 +289,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 			}
 			h := w.transfer(t, w.payer, w.usdc, c.addr(), "3", 6)
 			w.blocks(1)
-			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "3", webhook.DepositPending)
+			w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "3", settlement.EventPending)
 			tx, _, err := w.sim.Client.TransactionByHash(context.Background(), common.HexToHash(h))
 			if err != nil {
 				t.Fatal(err)
@@ -304,7 +304,7 @@ func TestDetectionOnSimulatedChain(t *testing.T) {
 				t.Fatal(err)
 			}
 			w.blocks(required + 2)
-			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "", webhook.DepositPending)
+			v := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "", settlement.EventPending)
 			if v.Settlement.Transactions[0].Status != payment.TxPending {
 				t.Fatalf("after the reorg %+v", v.Settlement.Transactions[0])
 			}

@@ -77,21 +77,8 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 	if anyMined(&next) && !next.SentEvent(EventPending) {
 		events = append(events, EventPending)
 	}
-	if next.Final() {
-		var e string
-		switch next.Status {
-		case payment.SettlementConfirmed:
-			e = EventConfirmed
-		case payment.SettlementUnderpaid:
-			e = EventUnderpaid
-		case payment.SettlementOverpaid:
-			e = EventOverpaid
-		default:
-			e = EventFailed
-		}
-		if !next.SentEvent(e) {
-			events = append(events, e)
-		}
+	if e, ok := Verdict(&next); ok && !next.SentEvent(e) {
+		events = append(events, e)
 	}
 	next.Events = append(next.Events, events...)
 	if same(cur, &next) {

@@ -29,7 +29,8 @@ const DefaultWindow = time.Hour
 // sets one.
 const DefaultPollInterval = 2 * time.Second
 
-// Deposit event types the settlement causes (the webhook outbox's names).
+// Deposit event types the settlement causes, declared here only (the
+// webhook outbox lists them among the event types endpoints subscribe to).
 const (
 	EventPending   = "deposit.pending"
 	EventConfirmed = "deposit.confirmed"

@@ -304,26 +304,26 @@ func TestExactPaymentConfirmsAfterNBlocksAndNotBefore(t *testing.T) {
 
 		block := e.chain.mine(tokenTx(h, credit(usdc, strings.ToLower(payee), units("10", 6))))
 		e.poll()
-		st := e.want(d, payment.SettlementPending, "10", webhook.DepositPending)
+		st := e.want(d, payment.SettlementPending, "10", settlement.EventPending)
 		tx := st.Transactions[0]
 		if tx.TransactionHash != h || tx.Status != payment.TxMined || tx.Confirmations != 1 || *tx.BlockNumber != int64(block) || tx.Amount != "10" {
 			t.Fatalf("transaction %+v", tx)
 		}
 		e.chain.advance(required - 2) // head − block + 1 = required − 1
 		e.poll()
-		if st := e.want(d, payment.SettlementPending, "10", webhook.DepositPending); st.Confirmations != required-1 {
+		if st := e.want(d, payment.SettlementPending, "10", settlement.EventPending); st.Confirmations != required-1 {
 			t.Fatalf("confirmations %d", st.Confirmations)
 		}
 		e.chain.advance(1)
 		e.poll()
-		st = e.want(d, payment.SettlementConfirmed, "10", webhook.DepositPending, webhook.DepositConfirmed)
+		st = e.want(d, payment.SettlementConfirmed, "10", settlement.EventPending, settlement.EventConfirmed)
 		if st.Confirmations != required || st.Transactions[0].Status != payment.TxConfirmed || st.Currency != "USDC" {
 			t.Fatalf("settlement %+v", st)
 		}
 		// A decided settlement is not watched any more: no further events.
 		e.chain.advance(5)
 		e.poll()
-		e.want(d, payment.SettlementConfirmed, "10", webhook.DepositPending, webhook.DepositConfirmed)
+		e.want(d, payment.SettlementConfirmed, "10", settlement.EventPending, settlement.EventConfirmed)
 
 		// Each change went to voucherUpdated's path with the settlement.
 		var statuses []string
@@ -355,7 +355,7 @@ func TestBlockMadeMidPollCountsOneConfirmation(t *testing.T) {
 		var block uint64
 		e.chain.afterHead = func() { block = e.chain.mine(tokenTx(h, credit(usdc, payee, units("10", 6)))) }
 		e.poll()
-		st := e.want(d, payment.SettlementPending, "10", webhook.DepositPending)
+		st := e.want(d, payment.SettlementPending, "10", settlement.EventPending)
 		if tx := st.Transactions[0]; tx.Status != payment.TxMined || tx.Confirmations != 1 || st.Confirmations != 1 || *tx.BlockNumber != int64(block) {
 			t.Fatalf("settlement %+v, transaction %+v", st, tx)
 		}
@@ -380,22 +380,22 @@ func TestWhatPays(t *testing.T) {
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return tokenTx(h, credit("0x9999999999999999999999999999999999999999", payee, units("10", 6)))
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{settlement.EventFailed}},
 			{name: "transfer to another wallet", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return tokenTx(h, credit(usdc, stranger, units("10", 6)))
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{settlement.EventFailed}},
 			{name: "underpaid", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return tokenTx(h, credit(usdc, payee, units("9.99", 6)))
 				}},
-				status: payment.SettlementUnderpaid, paid: "9.99", events: []string{webhook.DepositPending, webhook.DepositUnderpaid}},
+				status: payment.SettlementUnderpaid, paid: "9.99", events: []string{settlement.EventPending, settlement.EventUnderpaid}},
 			{name: "overpaid", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return tokenTx(h, credit(usdc, payee, units("10.5", 6)), credit("0x9999999999999999999999999999999999999999", payee, units("1000", 6)))
 				}},
-				status: payment.SettlementOverpaid, paid: "10.5", events: []string{webhook.DepositPending, webhook.DepositOverpaid}},
+				status: payment.SettlementOverpaid, paid: "10.5", events: []string{settlement.EventPending, settlement.EventOverpaid}},
 			{name: "split payment adds up", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{
 					func(h string, _ deal) settlement.Tx { return tokenTx(h, credit(usdc, payee, units("4", 6))) },
@@ -404,56 +404,56 @@ func TestWhatPays(t *testing.T) {
 						return tokenTx(h, credit(usdc, payee, units("3", 6)), credit(usdc, payee, units("3", 6)))
 					},
 				},
-				status: payment.SettlementConfirmed, paid: "10", events: []string{webhook.DepositPending, webhook.DepositConfirmed}},
+				status: payment.SettlementConfirmed, paid: "10", events: []string{settlement.EventPending, settlement.EventConfirmed}},
 			{name: "reverted", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					tx := tokenTx(h, credit(usdc, payee, units("10", 6)))
 					tx.Success = false
 					return tx
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonReverted, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonReverted, events: []string{settlement.EventFailed}},
 			{name: "mined before the voucher was reserved", deal: func() deal { return usdcDeal("10") },
 				txs: []func(string, deal) settlement.Tx{func(h string, d deal) settlement.Tx {
 					tx := tokenTx(h, credit(usdc, payee, units("10", 6)))
 					tx.BlockTime = d.v.CreatedAt.Add(-time.Hour)
 					return tx
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonBeforeReserved, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonBeforeReserved, events: []string{settlement.EventFailed}},
 			{name: "native currency", deal: func() deal { return e.redeemed(tokenBody("ethereum", "ETH", nativeEVM, "0.5")) },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return settlement.Tx{Hash: h, Success: true, From: payer, To: strings.ToLower(payee), Value: units("0.5", 18),
 						Credits: []settlement.Credit{credit(settlement.Native, payee, units("0.5", 18))}}
 				}},
-				status: payment.SettlementConfirmed, paid: "0.5", events: []string{webhook.DepositPending, webhook.DepositConfirmed}},
+				status: payment.SettlementConfirmed, paid: "0.5", events: []string{settlement.EventPending, settlement.EventConfirmed}},
 			{name: "native currency to another address", deal: func() deal { return e.redeemed(tokenBody("ethereum", "ETH", nativeEVM, "0.5")) },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return settlement.Tx{Hash: h, Success: true, From: payer, To: stranger, Value: units("0.5", 18),
 						Credits: []settlement.Credit{credit(settlement.Native, stranger, units("0.5", 18))}}
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonNoTransfer, events: []string{settlement.EventFailed}},
 			{name: "after negotiation the sender must be the supplied wallet", deal: func() deal { return e.negotiated() },
 				txs: []func(string, deal) settlement.Tx{func(h string, d deal) settlement.Tx {
 					tx := tokenTx(h, credit(dai, payee, daiUnits(d)))
 					tx.From = stranger
 					return tx
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonWrongSender, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonWrongSender, events: []string{settlement.EventFailed}},
 			{name: "after negotiation the supplied token from the supplied wallet pays", deal: func() deal { return e.negotiated() },
 				txs: []func(string, deal) settlement.Tx{func(h string, d deal) settlement.Tx {
 					// USDC (the expected token) no longer counts: DAI is due.
 					return tokenTx(h, credit(dai, payee, daiUnits(d)), credit(usdc, payee, units("10", 6)))
 				}},
-				status: payment.SettlementConfirmed, paid: "negotiated", events: []string{webhook.DepositPending, webhook.DepositConfirmed}},
+				status: payment.SettlementConfirmed, paid: "negotiated", events: []string{settlement.EventPending, settlement.EventConfirmed}},
 			{name: "CUSTOM match", deal: func() deal { return e.custom() },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return settlement.Tx{Hash: h, Success: true, From: payer, To: usdc, Value: big.NewInt(0), Data: []byte{0xa9, 0x05, 0x9c, 0xbb}}
 				}},
-				status: payment.SettlementConfirmed, events: []string{webhook.DepositPending, webhook.DepositConfirmed}},
+				status: payment.SettlementConfirmed, events: []string{settlement.EventPending, settlement.EventConfirmed}},
 			{name: "CUSTOM mismatch", deal: func() deal { return e.custom() },
 				txs: []func(string, deal) settlement.Tx{func(h string, _ deal) settlement.Tx {
 					return settlement.Tx{Hash: h, Success: true, From: payer, To: usdc, Value: big.NewInt(0), Data: []byte{0xa9, 0x05, 0x9c, 0xbc}}
 				}},
-				status: payment.SettlementFailed, reason: settlement.ReasonCustomMismatch, events: []string{webhook.DepositFailed}},
+				status: payment.SettlementFailed, reason: settlement.ReasonCustomMismatch, events: []string{settlement.EventFailed}},
 		}
 		for _, c := range cases {
 			t.Run(strings.ReplaceAll(c.name, " ", "_"), func(t *testing.T) {
@@ -562,7 +562,7 @@ func TestFabricatedHashFailsAfterWindow(t *testing.T) {
 		e.want(d, payment.SettlementPending, "")
 		e.clock.Add(time.Second)
 		e.poll()
-		st := e.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+		st := e.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 		if st.Transactions[0].Status != payment.TxInvalid || st.Transactions[0].Reason != settlement.ReasonWindow {
 			t.Fatalf("transaction %+v", st.Transactions[0])
 		}
@@ -581,12 +581,12 @@ func TestReorgBeforeConfirmation(t *testing.T) {
 		block := e.chain.mine(tx)
 		e.chain.advance(required - 2)
 		e.poll()
-		e.want(d, payment.SettlementPending, "10", webhook.DepositPending)
+		e.want(d, payment.SettlementPending, "10", settlement.EventPending)
 
 		e.chain.reorg(block) // the fork does not hold the payment
 		e.chain.advance(required + 2)
 		e.poll()
-		st := e.want(d, payment.SettlementPending, "", webhook.DepositPending)
+		st := e.want(d, payment.SettlementPending, "", settlement.EventPending)
 		if st.Transactions[0].Status != payment.TxPending || st.Transactions[0].BlockNumber != nil {
 			t.Fatalf("after the reorg %+v", st.Transactions[0])
 		}
@@ -594,7 +594,7 @@ func TestReorgBeforeConfirmation(t *testing.T) {
 		again := e.chain.mine(tx)
 		e.chain.advance(required - 1)
 		e.poll()
-		st = e.want(d, payment.SettlementConfirmed, "10", webhook.DepositPending, webhook.DepositConfirmed)
+		st = e.want(d, payment.SettlementConfirmed, "10", settlement.EventPending, settlement.EventConfirmed)
 		if *st.Transactions[0].BlockNumber != int64(again) {
 			t.Fatalf("confirmed in block %d, want %d", *st.Transactions[0].BlockNumber, again)
 		}
@@ -621,7 +621,7 @@ func TestRPCDownAndBack(t *testing.T) {
 		e.chain.setDown(false)
 		e.poll()
 		e.poll()
-		e.want(d, payment.SettlementConfirmed, "10", webhook.DepositPending, webhook.DepositConfirmed)
+		e.want(d, payment.SettlementConfirmed, "10", settlement.EventPending, settlement.EventConfirmed)
 	})
 }
 
@@ -666,7 +666,7 @@ func TestPollCostGrowsWithBlocksNotVouchers(t *testing.T) {
 			t.Fatalf("round trips %d asking %d items, want 2 asking 2 (head + 1 block)", calls2-calls1, asked2-asked1)
 		}
 		for _, d := range ds {
-			e.want(d, payment.SettlementConfirmed, "1", webhook.DepositPending, webhook.DepositConfirmed)
+			e.want(d, payment.SettlementConfirmed, "1", settlement.EventPending, settlement.EventConfirmed)
 		}
 	})
 }
@@ -688,7 +688,7 @@ func TestUnverifiedNetworkTrustsReceipts(t *testing.T) {
 		if st := v.Settlement; st == nil || st.Verified || st.Status != payment.SettlementOverpaid || st.PaidAmount != "12" || v.SettlementNetwork != nil {
 			t.Fatalf("settlement %+v", v.Settlement)
 		}
-		e.want(d, payment.SettlementOverpaid, "12", webhook.DepositPending, webhook.DepositOverpaid)
+		e.want(d, payment.SettlementOverpaid, "12", settlement.EventPending, settlement.EventOverpaid)
 	})
 }
 
@@ -735,6 +735,6 @@ func TestTwoReplicasEachEventOnce(t *testing.T) {
 		chain.advance(1)
 	}
 	for _, d := range ds {
-		e.want(d, payment.SettlementConfirmed, "2", webhook.DepositPending, webhook.DepositConfirmed)
+		e.want(d, payment.SettlementConfirmed, "2", settlement.EventPending, settlement.EventConfirmed)
 	}
 }

@@ -200,20 +200,20 @@ func TestOnSimulatedChain(t *testing.T) {
 			w.poll() // in the pool, not mined
 			w.want(d, payment.SettlementPending, "")
 			w.blocks(1)
-			if st := w.want(d, payment.SettlementPending, "12.5", webhook.DepositPending); st.Confirmations != 1 {
+			if st := w.want(d, payment.SettlementPending, "12.5", settlement.EventPending); st.Confirmations != 1 {
 				t.Fatalf("confirmations %d", st.Confirmations)
 			}
 			w.blocks(required - 2)
-			w.want(d, payment.SettlementPending, "12.5", webhook.DepositPending)
+			w.want(d, payment.SettlementPending, "12.5", settlement.EventPending)
 			w.blocks(1)
-			w.want(d, payment.SettlementConfirmed, "12.5", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "12.5", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("decoy_token_same_symbol", func(t *testing.T) {
 			d := w.usdcDeal("5")
 			h := w.transfer(t, w.payer, w.decoy, payee, "5", 6)
 			w.mustResolve(d, h)
 			w.blocks(required)
-			st := w.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+			st := w.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 			if st.Transactions[0].Reason != settlement.ReasonNoTransfer {
 				t.Fatalf("%+v", st.Transactions[0])
 			}
@@ -222,13 +222,13 @@ func TestOnSimulatedChain(t *testing.T) {
 			d := w.usdcDeal("5")
 			w.mustResolve(d, w.transfer(t, w.payer, w.usdc, payee, "4.999999", 6))
 			w.blocks(required)
-			w.want(d, payment.SettlementUnderpaid, "4.999999", webhook.DepositPending, webhook.DepositUnderpaid)
+			w.want(d, payment.SettlementUnderpaid, "4.999999", settlement.EventPending, settlement.EventUnderpaid)
 		})
 		run("overpaid", func(t *testing.T) {
 			d := w.usdcDeal("5")
 			w.mustResolve(d, w.transfer(t, w.payer, w.usdc, payee, "6", 6))
 			w.blocks(required)
-			w.want(d, payment.SettlementOverpaid, "6", webhook.DepositPending, webhook.DepositOverpaid)
+			w.want(d, payment.SettlementOverpaid, "6", settlement.EventPending, settlement.EventOverpaid)
 		})
 		run("split", func(t *testing.T) {
 			d := w.usdcDeal("5")
@@ -237,7 +237,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			b := w.transfer(t, w.payer, w.usdc, payee, "3", 6)
 			w.mustResolve(d, a, b)
 			w.blocks(required)
-			w.want(d, payment.SettlementConfirmed, "5", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "5", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("reverted", func(t *testing.T) {
 			d := w.usdcDeal("5")
@@ -252,7 +252,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			w.inPool(t, h)
 			w.mustResolve(d, h.Hex())
 			w.blocks(required)
-			st := w.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+			st := w.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 			if st.Transactions[0].Reason != settlement.ReasonReverted {
 				t.Fatalf("%+v", st.Transactions[0])
 			}
@@ -263,7 +263,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			h := w.send(t, w.payer, &to, units("0.25", 18), nil).Hex()
 			w.mustResolve(d, h)
 			w.blocks(required)
-			w.want(d, payment.SettlementConfirmed, "0.25", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "0.25", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("sender_after_negotiation", func(t *testing.T) {
 			d := w.usdcDeal("10")
@@ -281,7 +281,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			wrong := w.transfer(t, w.other, w.daiTk, payee, "20", 18)
 			w.mustResolve(d, wrong)
 			w.blocks(required)
-			st := w.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+			st := w.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 			if st.Transactions[0].Reason != settlement.ReasonWrongSender {
 				t.Fatalf("%+v", st.Transactions[0])
 			}
@@ -295,7 +295,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			}
 			w.mustResolve(d2, w.transfer(t, w.payer, w.daiTk, payee, "20", 18))
 			w.blocks(required)
-			w.want(d2, payment.SettlementConfirmed, "20", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d2, payment.SettlementConfirmed, "20", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("custom_match_and_mismatch", func(t *testing.T) {
 			data := testchain.TransferData(common.HexToAddress(payee), units("1", 6))
@@ -308,12 +308,12 @@ func TestOnSimulatedChain(t *testing.T) {
 			d := w.redeemed(body)
 			w.mustResolve(d, w.send(t, w.payer, &w.usdc, nil, data).Hex())
 			w.blocks(required)
-			w.want(d, payment.SettlementConfirmed, "", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "", settlement.EventPending, settlement.EventConfirmed)
 
 			other := w.redeemed(body)
 			w.mustResolve(other, w.send(t, w.payer, &w.usdc, nil, testchain.TransferData(common.HexToAddress(payee), units("2", 6))).Hex())
 			w.blocks(required)
-			st := w.want(other, payment.SettlementFailed, "", webhook.DepositFailed)
+			st := w.want(other, payment.SettlementFailed, "", settlement.EventFailed)
 			if st.Transactions[0].Reason != settlement.ReasonCustomMismatch {
 				t.Fatalf("%+v", st.Transactions[0])
 			}
@@ -327,7 +327,7 @@ func TestOnSimulatedChain(t *testing.T) {
 				t.Fatalf("a claimed transaction resolved another voucher: %v", err)
 			}
 			w.blocks(required)
-			w.want(d, payment.SettlementConfirmed, "1", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "1", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("reorg_before_confirmation_never_confirms", func(t *testing.T) {
 			d := w.usdcDeal("3")
@@ -338,7 +338,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			h := w.transfer(t, w.payer, w.usdc, payee, "3", 6)
 			w.mustResolve(d, h)
 			w.blocks(1)
-			w.want(d, payment.SettlementPending, "3", webhook.DepositPending)
+			w.want(d, payment.SettlementPending, "3", settlement.EventPending)
 			// A longer fork from the parent where the payer spent the same
 			// nonce elsewhere: the payment can never be mined again.
 			tx, _, err := w.sim.Client.TransactionByHash(context.Background(), common.HexToHash(h))
@@ -374,13 +374,13 @@ func TestOnSimulatedChain(t *testing.T) {
 			}
 			w.inPool(t, signed.Hash())
 			w.blocks(required + 3)
-			st := w.want(d, payment.SettlementPending, "", webhook.DepositPending)
+			st := w.want(d, payment.SettlementPending, "", settlement.EventPending)
 			if st.Transactions[0].Status != payment.TxPending {
 				t.Fatalf("after the reorg %+v", st.Transactions[0])
 			}
 			w.later(t, settlement.DefaultWindow)
 			w.blocks(1)
-			w.want(d, payment.SettlementFailed, "", webhook.DepositPending, webhook.DepositFailed)
+			w.want(d, payment.SettlementFailed, "", settlement.EventPending, settlement.EventFailed)
 		})
 		run("rpc_down_and_back", func(t *testing.T) {
 			d := w.usdcDeal("2")
@@ -396,7 +396,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			w.down.Store(false)
 			w.poll()
 			w.poll()
-			w.want(d, payment.SettlementConfirmed, "2", webhook.DepositPending, webhook.DepositConfirmed)
+			w.want(d, payment.SettlementConfirmed, "2", settlement.EventPending, settlement.EventConfirmed)
 		})
 		run("fabricated_hash_fails_after_the_window", func(t *testing.T) {
 			d := w.usdcDeal("2")
@@ -405,7 +405,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			w.want(d, payment.SettlementPending, "")
 			w.later(t, settlement.DefaultWindow)
 			w.blocks(1)
-			w.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+			w.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 		})
 		run("mined_before_the_voucher_was_reserved", func(t *testing.T) {
 			// Paid first, reserved ten minutes later (the chain's time
@@ -416,7 +416,7 @@ func TestOnSimulatedChain(t *testing.T) {
 			d := w.usdcDeal("1")
 			w.mustResolve(d, h)
 			w.blocks(required)
-			st := w.want(d, payment.SettlementFailed, "", webhook.DepositFailed)
+			st := w.want(d, payment.SettlementFailed, "", settlement.EventFailed)
 			if st.Transactions[0].Reason != settlement.ReasonBeforeReserved {
 				t.Fatalf("%+v", st.Transactions[0])
 			}
@@ -466,6 +466,6 @@ func TestTwoReplicasOnSimulatedChain(t *testing.T) {
 		wg.Wait()
 	}
 	for _, d := range ds {
-		w.want(d, payment.SettlementConfirmed, "1", webhook.DepositPending, webhook.DepositConfirmed)
+		w.want(d, payment.SettlementConfirmed, "1", settlement.EventPending, settlement.EventConfirmed)
 	}
 }

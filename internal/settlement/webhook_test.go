@@ -15,6 +15,7 @@ import (
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/secretbox"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/internal/webhook/sender"
@@ -55,7 +56,7 @@ func TestSignedDepositEventsFromTheChain(t *testing.T) {
 		})
 		hooks := webhook.NewService(db, webhook.Options{Box: box, AllowPrivate: true, Dispatcher: disp})
 		ep, err := hooks.CreateEndpoint(as(e.member), e.biz.ID, webhook.CreateEndpointInput{
-			URL: rcv.URL + "/hooks", Events: []string{webhook.DepositCreated, webhook.DepositPending, webhook.DepositConfirmed, webhook.DepositFailed},
+			URL: rcv.URL + "/hooks", Events: []string{webhook.DepositCreated, settlement.EventPending, settlement.EventConfirmed, settlement.EventFailed},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -76,7 +77,7 @@ func TestSignedDepositEventsFromTheChain(t *testing.T) {
 			e.poll()
 			e.chain.advance(1)
 		}
-		e.want(d, payment.SettlementConfirmed, "7.25", webhook.DepositPending, webhook.DepositConfirmed)
+		e.want(d, payment.SettlementConfirmed, "7.25", settlement.EventPending, settlement.EventConfirmed)
 
 		want := []string{"deposit.confirmed 7.25", "deposit.created ", "deposit.pending 7.25"}
 		deadline := time.Now().Add(15 * time.Second)

@@ -8,6 +8,8 @@ import (
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/voucher"
 	"github.com/voucherd/voucherd/testsupport/testdb"
@@ -191,6 +193,67 @@ func TestInteropInitVidNeedsThePayer(t *testing.T) {
 		}
 		if _, err := f.svc.InteropInit(as(otherPayer), second.ID, voucher.InteropInitInput{ID: "sub-3", Vid: &theirs.ID, Signature: &sig}); err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// With Options.Ends, a member's ACTIVE membership is remembered by reads:
+// a change written straight to the table (not through an end) is not seen,
+// so the read ran no statement for it; once the user is ended (what
+// business.Service.UpdateStatus to INACTIVE does in the app) the next read
+// asks again and is 404. A membership made ACTIVE again is read afresh
+// (only ACTIVE answers are remembered).
+func TestActiveMembershipIsRememberedUntilEnded(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *storage.DB) {
+		f := newFixture(t, db)
+		ends := revocation.New(revocation.Options{})
+		svc, err := voucher.NewService(db, voucher.Options{Finance: f.fin, Sessions: f.sessions, Now: f.clock.Now, Ends: ends})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		owner, member := f.user(), f.user()
+		shop := f.business(owner, business.StatusACTIVE)
+		f.member(shop, member, businessuser.StatusACTIVE)
+		payer := device()
+		ses, _ := f.session(payer)
+		v, err := svc.Reserve(as(member), voucher.ReserveInput{Code: ses.Code, BusinessID: &shop.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		setStatus := func(st businessuser.Status) {
+			t.Helper()
+			if _, err := db.BusinessUser.Update().Where(businessuser.BusinessID(shop.ID), businessuser.UserID(member.ID)).
+				SetStatus(st).Save(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := svc.Get(as(member), v.ID); err != nil {
+			t.Fatal(err)
+		}
+		setStatus(businessuser.StatusINACTIVE)
+		if _, err := svc.Get(as(member), v.ID); err != nil {
+			t.Fatalf("remembered membership: %v", err)
+		}
+		follow := voucher.Watch{Kind: pubsub.ByBusiness, Key: shop.ID}
+		if err := svc.MayFollow(as(member), follow); err != nil {
+			t.Fatalf("following the business on a remembered membership: %v", err)
+		}
+		ends.End(member.ID)
+		_, err = svc.Get(as(member), v.ID)
+		wantCode(t, err, apperr.NotFound)
+		wantCode(t, svc.MayFollow(as(member), follow), apperr.NotFound)
+		_, err = svc.Get(as(member), v.ID) // an INACTIVE answer is not remembered either way
+		wantCode(t, err, apperr.NotFound)
+		setStatus(businessuser.StatusACTIVE)
+		if _, err := svc.Get(as(member), v.ID); err != nil {
+			t.Fatalf("ACTIVE again: %v", err)
+		}
+		// Another user's end does not forget this one.
+		setStatus(businessuser.StatusINACTIVE)
+		ends.End(owner.ID)
+		if _, err := svc.Get(as(member), v.ID); err != nil {
+			t.Fatalf("after another user's end: %v", err)
 		}
 	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -56,7 +57,12 @@ type Options struct {
 	NewCode func() (string, error)
 	// Settlement opens a resolved voucher's settlement (none when nil).
 	Settlement Settler
-	Log        *slog.Logger
+	// Ends, when set, lets reads remember ACTIVE memberships (Visible);
+	// every membership made INACTIVE must then be ended through it
+	// (business.Service.OnMembershipEnd), as the app does. Nil: every
+	// read asks the database.
+	Ends *revocation.Ends
+	Log  *slog.Logger
 }
 
 // Service is the voucher service. It is safe for concurrent use.
@@ -72,6 +78,8 @@ type Service struct {
 	newCode  func() (string, error)
 	settler  Settler
 	log      *slog.Logger
+	// members remembers ACTIVE memberships for Visible (nil: none).
+	members *revocation.Cache[memberKey, struct{}]
 }
 
 // NewService returns the voucher service over db. It installs the vouchers'
@@ -101,8 +109,12 @@ func NewService(db *storage.DB, o Options) (*Service, error) {
 	now := o.Now
 	o.Now = func() time.Time { return now().UTC().Truncate(time.Microsecond) }
 	db.Voucher.Intercept(readModel(o.Now))
+	var members *revocation.Cache[memberKey, struct{}]
+	if o.Ends != nil {
+		members = revocation.NewCacheFor[memberKey, struct{}](o.Ends, 0)
+	}
 	return &Service{
-		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions,
+		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions, members: members,
 		ttl: o.TTL, now: o.Now, events: o.Events, pub: o.Publisher, newCode: o.NewCode, settler: o.Settlement, log: o.Log,
 	}, nil
 }
@@ -241,8 +253,14 @@ func rolesIn(ctx context.Context, c *ent.Client, p *auth.Principal, v *ent.Vouch
 }
 
 // Visible reports whether p may see v (get it, find it in a query, watch
-// it): its payee, its payer, or an ACTIVE member of its business (ACTIVE or
-// INACTIVE), with the payee and payer roles bound by membership (rolesIn). Subscriptions call it to filter changes without reloading v.
+// it): its payee, its payer, or an ACTIVE member of its business, with the
+// payee and payer roles bound by membership (as rolesIn binds them: a
+// member made INACTIVE sees none of the business's vouchers; the payee
+// role on a business voucher needs a membership). A user's ACTIVE
+// membership, once read, is remembered when the service has Options.Ends
+// (internal/revocation: a membership made INACTIVE ends the user on every
+// replica before it is answered), so a member's reads cost no statement
+// for it.
 func (s *Service) Visible(ctx context.Context, p *auth.Principal, v *ent.Voucher) (bool, error) {
 	if p == nil || v == nil {
 		return false, nil
@@ -255,20 +273,32 @@ func (s *Service) Visible(ctx context.Context, p *auth.Principal, v *ent.Voucher
 	if v.BusinessID == nil || p.Kind != auth.KindUser {
 		return rolesOf(p, v) != 0, nil
 	}
-	if rolesOf(p, v) != 0 {
-		r, err := rolesIn(ctx, s.db.Client, p, v)
-		if err != nil || r != 0 {
-			return r != 0, err
-		}
+	key := memberKey{business: *v.BusinessID, user: p.ID}
+	if _, ok := s.members.Get(key, time.Time{}); ok {
+		return true, nil
 	}
-	ok, err := s.db.BusinessUser.Query().
-		Where(businessuser.BusinessID(*v.BusinessID), businessuser.UserID(p.ID), businessuser.StatusEQ(businessuser.StatusACTIVE)).
-		Exist(ctx)
+	t := s.members.Begin()
+	statuses, err := s.db.BusinessUser.Query().
+		Where(businessuser.BusinessID(key.business), businessuser.UserID(key.user)).
+		Select(businessuser.FieldStatus).Strings(ctx)
 	if err != nil {
 		return false, apperr.InternalError(err)
 	}
-	return ok, nil
+	r := rolesOf(p, v)
+	switch {
+	case len(statuses) == 0:
+		r &^= rolePayee // never a member: it cannot have reserved it as one
+	case statuses[0] == string(businessuser.StatusACTIVE):
+		s.members.Put(t, key, key.user, struct{}{}, time.Time{})
+		return true, nil
+	default:
+		r = 0
+	}
+	return r != 0, nil
 }
+
+// memberKey is a user's membership in a business (Service.members).
+type memberKey struct{ business, user string }
 
 // Get returns voucher id as the caller may see it; a voucher the caller may
 // not see is not_found, exactly like one that does not exist.

@@ -20,6 +20,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -425,7 +426,7 @@ func TestDeliveryLog(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
 		f := newFixture(t, db, fixtureOptions{})
 		a := f.endpoint(t, "https://a.example.com/")
-		b := f.endpoint(t, "https://b.example.com/", webhook.DepositConfirmed)
+		b := f.endpoint(t, "https://b.example.com/", settlement.EventConfirmed)
 		f.transport.setRespond(func(r webhook.Request, _ int) webhook.Result {
 			if r.URL == a.URL {
 				return webhook.Result{Error: "connection refused"}

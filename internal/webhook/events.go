@@ -12,7 +12,7 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/ids"
-	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -84,56 +84,19 @@ func (o *Outbox) VoucherChanged(ctx context.Context, tx *ent.Tx, prev, next *ent
 	case prev.Status == voucher.StatusRESERVED && next.Status == voucher.StatusREDEEMED:
 		types = []string{DepositCreated}
 	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusRESOLVED:
-		if next.Settlement != nil && next.Settlement.Verified {
-			// Checked on chain: the settlement watcher records the events
-			// from what the chain shows (SettlementChanged), not the resolve.
-			break
-		}
-		// Trusted receipts (a network without a chain): the settlement
-		// the resolve opened is already final, and its status is the
-		// verdict.
-		types = []string{DepositPending}
-		if t, ok := verdictType(next.Settlement); ok {
-			types = append(types, t)
-		}
+		// Which events a resolve causes is the settlement's decision:
+		// none on a network checked on chain (the watcher records them
+		// through SettlementsChanged), pending and the verdict for
+		// trusted receipts.
+		types = settlement.ResolveEvents(next.Settlement)
 	case prev.Status == voucher.StatusREDEEMED && next.Status == voucher.StatusDISCARDED:
 		if next.DiscardReason != nil && *next.DiscardReason == discardExpired {
 			types = []string{DepositExpired}
 		} else {
-			types = []string{DepositFailed}
+			types = []string{settlement.EventFailed}
 		}
 	}
 	return o.record(ctx, tx, next, types)
-}
-
-// SettlementChanged records the deposit events of a settlement change
-// (internal/settlement decides which, each at most once per voucher), in
-// the transaction of the change. Only business vouchers have deposits.
-func (o *Outbox) SettlementChanged(ctx context.Context, tx *ent.Tx, v *ent.Voucher, types []string) error {
-	if v == nil || v.BusinessID == nil {
-		return nil
-	}
-	return o.record(ctx, tx, v, types)
-}
-
-// verdictType is the deposit event of a final settlement's status; a
-// voucher without a settlement (resolved before settlement existed, or by a
-// voucher service without one) has no verdict to report.
-func verdictType(st *payment.Settlement) (string, bool) {
-	if st == nil {
-		return "", false
-	}
-	switch st.Status {
-	case payment.SettlementConfirmed:
-		return DepositConfirmed, true
-	case payment.SettlementUnderpaid:
-		return DepositUnderpaid, true
-	case payment.SettlementOverpaid:
-		return DepositOverpaid, true
-	case payment.SettlementFailed:
-		return DepositFailed, true
-	}
-	return "", false
 }
 
 // deposit is what an event says about the payment: the due terms, and the
@@ -260,7 +223,7 @@ func (o *Outbox) recordAll(ctx context.Context, tx *ent.Tx, cs []Change) error {
 				BusinessID: businessID, VoucherID: v.ID, VoucherVersion: v.Version,
 				Network: s.network, Currency: s.currency, ExpectedAmount: s.due, Voucher: view,
 			}}
-			if t != DepositCreated && t != DepositExpired && t != DepositFailed {
+			if t != DepositCreated && t != DepositExpired && t != settlement.EventFailed {
 				p.Data.PaidAmount = s.paid
 			}
 			if t != DepositCreated && t != DepositExpired {

@@ -15,6 +15,7 @@ import (
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
@@ -142,7 +143,7 @@ func TestOutboxEventTypes(t *testing.T) {
 					if p.Data.Voucher == nil {
 						t.Fatal("payload without the voucher")
 					}
-					settled := p.Type != webhook.DepositCreated && p.Type != webhook.DepositExpired && p.Type != webhook.DepositFailed
+					settled := p.Type != webhook.DepositCreated && p.Type != webhook.DepositExpired && p.Type != settlement.EventFailed
 					if settled && p.Data.PaidAmount != c.paid || !settled && p.Data.PaidAmount != "" {
 						t.Fatalf("%s paidAmount %q, want %q", p.Type, p.Data.PaidAmount, c.paid)
 					}
@@ -201,19 +202,19 @@ func TestOutboxTurnsSettlementIntoEvents(t *testing.T) {
 					t.Fatalf("events %q, want %q", types(got), c.want)
 				}
 				for _, p := range got {
-					if p.Type != webhook.DepositPending && p.Type != webhook.DepositFailed && p.Data.PaidAmount != c.paid {
+					if p.Type != settlement.EventPending && p.Type != settlement.EventFailed && p.Data.PaidAmount != c.paid {
 						t.Fatalf("%s paidAmount %q, want %q", p.Type, p.Data.PaidAmount, c.paid)
 					}
 				}
 			})
 		}
 		// The settlement watcher's later verdict comes in through
-		// SettlementChanged, in its own transaction.
-		confirmed := func() int { return db.Event.Query().Where(event.Type(webhook.DepositConfirmed)).CountX(ctx) }
+		// SettlementsChanged, in its own transaction.
+		confirmed := func() int { return db.Event.Query().Where(event.Type(settlement.EventConfirmed)).CountX(ctx) }
 		before, beforeConfirmed := db.Event.Query().CountX(ctx), confirmed()
 		v := settled(&payment.Settlement{Status: payment.SettlementConfirmed, Verified: true, PaidAmount: "10"})
 		if err := db.Tx(ctx, func(tx *ent.Tx) error {
-			return f.outbox.SettlementChanged(ctx, tx, v, []string{webhook.DepositConfirmed})
+			return f.outbox.SettlementsChanged(ctx, tx, []*ent.Voucher{v}, [][]string{{settlement.EventConfirmed}})
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -229,7 +230,7 @@ func TestOutboxDeliveries(t *testing.T) {
 		ctx := context.Background()
 		all := f.endpoint(t, "https://a.example.com/")
 		createdOnly := f.endpoint(t, "https://b.example.com/", webhook.DepositCreated)
-		confirmedOnly := f.endpoint(t, "https://c.example.com/", webhook.DepositConfirmed)
+		confirmedOnly := f.endpoint(t, "https://c.example.com/", settlement.EventConfirmed)
 		disabled := f.endpoint(t, "https://d.example.com/")
 		if _, err := f.svc.UpdateEndpoint(f.owner, f.biz.ID, disabled.ID, webhook.UpdateEndpointInput{Enabled: ptr(false)}); err != nil {
 			t.Fatal(err)

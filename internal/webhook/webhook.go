@@ -29,25 +29,26 @@ import (
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/secretbox"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook/signing"
 )
 
-// Event types: the spec's fixed list.
+// The event types of the voucher's own lifecycle, which the outbox decides
+// (a deposit is created on redeem, expires unpaid). The settlement's events
+// (pending, and the verdict: confirmed, underpaid, overpaid, failed) are
+// declared by internal/settlement, which decides them; a discard after
+// redeem is a failed deposit too.
 const (
-	DepositCreated   = "deposit.created"
-	DepositPending   = "deposit.pending"
-	DepositConfirmed = "deposit.confirmed"
-	DepositExpired   = "deposit.expired"
-	DepositFailed    = "deposit.failed"
-	DepositUnderpaid = "deposit.underpaid"
-	DepositOverpaid  = "deposit.overpaid"
+	DepositCreated = "deposit.created"
+	DepositExpired = "deposit.expired"
 )
 
-// EventTypes lists every event type an endpoint may subscribe to.
+// EventTypes lists every event type an endpoint may subscribe to: the
+// spec's fixed list.
 var EventTypes = []string{
-	DepositCreated, DepositPending, DepositConfirmed, DepositExpired,
-	DepositFailed, DepositUnderpaid, DepositOverpaid,
+	DepositCreated, settlement.EventPending, settlement.EventConfirmed, DepositExpired,
+	settlement.EventFailed, settlement.EventUnderpaid, settlement.EventOverpaid,
 }
 
 // Bounds of endpoint fields (docs/webhooks.md).

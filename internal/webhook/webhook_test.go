@@ -11,6 +11,7 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookendpoint"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
@@ -75,7 +76,7 @@ func TestCreateEndpointSecret(t *testing.T) {
 		ctx := context.Background()
 		desc := "orders"
 		e, err := f.svc.CreateEndpoint(f.admin, f.biz.ID, webhook.CreateEndpointInput{
-			URL: "https://hooks.example.com/voucherd", Description: &desc, Events: []string{webhook.DepositConfirmed, webhook.DepositCreated},
+			URL: "https://hooks.example.com/voucherd", Description: &desc, Events: []string{settlement.EventConfirmed, webhook.DepositCreated},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -286,7 +287,7 @@ func TestUpdateEndpoint(t *testing.T) {
 		f := newFixture(t, db, fixtureOptions{})
 		e := f.endpoint(t, "https://hooks.example.com/a", webhook.DepositCreated)
 		got, err := f.svc.UpdateEndpoint(f.admin, f.biz.ID, e.ID, webhook.UpdateEndpointInput{
-			URL: ptr("https://other.example.com/b"), Description: ptr("new"), Events: []string{webhook.DepositFailed, webhook.DepositExpired},
+			URL: ptr("https://other.example.com/b"), Description: ptr("new"), Events: []string{settlement.EventFailed, webhook.DepositExpired},
 		})
 		if err != nil {
 			t.Fatal(err)

@@ -62,6 +62,8 @@ var (
 	TokenCode      = mustBin("TestToken")
 	AggregatorABI  = mustABI("MockAggregator")
 	AggregatorCode = mustBin("MockAggregator")
+	DisperseABI    = mustABI("TestDisperse")
+	DisperseCode   = mustBin("TestDisperse")
 )
 
 // DevKeys are the well-known development keys (anvil's and hardhat's
@@ -228,6 +230,24 @@ func TransferData(to common.Address, value *big.Int) []byte {
 // SetAnswerData is MockAggregator.set(answer, updatedAt).
 func SetAnswerData(answer *big.Int, updatedAt time.Time) []byte {
 	return pack(AggregatorABI, "set", answer, big.NewInt(updatedAt.Unix()))
+}
+
+// ApproveData is the input of an ERC-20 approve(spender, value).
+func ApproveData(spender common.Address, value *big.Int) []byte {
+	return pack(TokenABI, "approve", spender, value)
+}
+
+// DisperseTokenData is the input of TestDisperse.disperseToken: one
+// transaction paying each of to its value of token (from the sender, who
+// approved the disperse contract), as a batched withdrawal does.
+func DisperseTokenData(token common.Address, to []common.Address, values []*big.Int) []byte {
+	return pack(DisperseABI, "disperseToken", token, to, values)
+}
+
+// DisperseEtherData is the input of TestDisperse.disperseEther (the
+// transaction's value is the sum of values).
+func DisperseEtherData(to []common.Address, values []*big.Int) []byte {
+	return pack(DisperseABI, "disperseEther", to, values)
 }
 
 func pack(a abi.ABI, method string, args ...any) []byte {

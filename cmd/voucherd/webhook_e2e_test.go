@@ -1,6 +1,6 @@
-package webhook_test
+package main_test
 
-// End-to-end tests: the real voucherd binary (testsupport/testserver) against
+// Webhook end-to-end tests: the real voucherd binary (testsupport/testserver) against
 // a local receiver, on SQLite and PostgreSQL, used the way a business
 // would: over REST and GraphQL.
 
@@ -17,6 +17,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/testsupport/testdb"
@@ -191,7 +192,7 @@ func (w *world) resolve(t *testing.T, id, paymentID, paid string) {
 func (w *world) waitTypes(t *testing.T, voucherID string, want ...string) []delivery {
 	t.Helper()
 	var got []delivery
-	eventually(t, 15*time.Second, "events "+strings.Join(want, ","), func() bool {
+	testserver.Eventually(t, 15*time.Second, "events "+strings.Join(want, ","), func() bool {
 		got = w.rcv.forVoucher(voucherID)
 		return len(got) >= len(want)
 	})
@@ -235,7 +236,7 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			id, pmt := w.deposit(t, "12.5")
 			w.waitTypes(t, id, webhook.DepositCreated)
 			w.resolve(t, id, pmt, "12.5")
-			got := w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositConfirmed)
+			got := w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventConfirmed)
 			r := w.srv.Do(t, "GET", "/api/v1/vouchers/"+id, w.owner.Token, nil)
 			var view map[string]any
 			r.JSON(t, &view)
@@ -266,12 +267,12 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			// Underpaid and overpaid.
 			id, pmt = w.deposit(t, "10")
 			w.resolve(t, id, pmt, "9.99")
-			w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositUnderpaid)
+			w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventUnderpaid)
 			id, pmt = w.deposit(t, "10")
 			w.resolve(t, id, pmt, "10.000001")
-			over := w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositPending, webhook.DepositOverpaid)
+			over := w.waitTypes(t, id, webhook.DepositCreated, settlement.EventPending, settlement.EventOverpaid)
 			for _, d := range over {
-				if d.event.Type == webhook.DepositOverpaid && d.event.Data.PaidAmount != "10.000001" {
+				if d.event.Type == settlement.EventOverpaid && d.event.Data.PaidAmount != "10.000001" {
 					t.Fatalf("overpaid paidAmount %q", d.event.Data.PaidAmount)
 				}
 			}
@@ -282,11 +283,11 @@ func TestE2EDepositLifecycle(t *testing.T) {
 			if r.Status != 200 {
 				t.Fatalf("discard-voucher: %d %s", r.Status, r.Body)
 			}
-			w.waitTypes(t, id, webhook.DepositCreated, webhook.DepositFailed)
+			w.waitTypes(t, id, webhook.DepositCreated, settlement.EventFailed)
 
 			// Expired unpaid: the sweeper records it and the event follows.
 			id, _ = w.deposit(t, "5")
-			eventually(t, 20*time.Second, "deposit.expired", func() bool {
+			testserver.Eventually(t, 20*time.Second, "deposit.expired", func() bool {
 				for _, d := range w.rcv.forVoucher(id) {
 					if d.event.Type == webhook.DepositExpired {
 						return true
@@ -320,7 +321,7 @@ func TestE2ERetriesAndManualRetry(t *testing.T) {
 			deliveries := "/api/v1/businesses/" + w.biz + "/webhook-deliveries"
 
 			var list []map[string]any
-			eventually(t, 15*time.Second, "FAILED", func() bool {
+			testserver.Eventually(t, 15*time.Second, "FAILED", func() bool {
 				r := w.srv.Do(t, "GET", deliveries+"?status=FAILED", w.owner.Token, nil)
 				r.JSON(t, &list)
 				return len(list) == 1
@@ -469,7 +470,7 @@ func TestE2ECrashRecovery(t *testing.T) {
 			t.Cleanup(func() { once.Do(func() { close(release) }) })
 
 			inFlight, _ := w.deposit(t, "1")
-			eventually(t, 10*time.Second, "the first attempt", func() bool { return len(w.rcv.all()) == 1 })
+			testserver.Eventually(t, 10*time.Second, "the first attempt", func() bool { return len(w.rcv.all()) == 1 })
 			inFlightID := w.rcv.all()[0].header.Get("webhook-id")
 			queued, _ := w.deposit(t, "2")
 			// Committed: its delivery is in the log, not yet attempted.
@@ -494,9 +495,9 @@ func TestE2ECrashRecovery(t *testing.T) {
 			w.srv = testserver.Start(t, testserver.Options{Dialect: dialect, DatabaseURL: w.srv.DatabaseURL,
 				Env: map[string]string{"VOUCHER_WEBHOOK_RETRY_INTERVAL": "200ms", "VOUCHER_WEBHOOK_WORKERS": "1"}})
 
-			eventually(t, 10*time.Second, "the queued event after the restart", func() bool { return len(w.rcv.byID(queuedID)) == 1 })
+			testserver.Eventually(t, 10*time.Second, "the queued event after the restart", func() bool { return len(w.rcv.byID(queuedID)) == 1 })
 			// The interrupted one comes again once its lease runs out.
-			eventually(t, webhook.DefaultLease+15*time.Second, "the interrupted event after its lease", func() bool {
+			testserver.Eventually(t, webhook.DefaultLease+15*time.Second, "the interrupted event after its lease", func() bool {
 				return len(w.rcv.byID(inFlightID)) == 2
 			})
 			if since := time.Since(restarted); since > webhook.DefaultLease+10*time.Second {
@@ -513,7 +514,7 @@ func TestE2ECrashRecovery(t *testing.T) {
 			if w.rcv.byID(inFlightID)[1].event.Data.VoucherID != inFlight || w.rcv.byID(queuedID)[0].event.Data.VoucherID != queued {
 				t.Fatal("payloads mixed up")
 			}
-			eventually(t, 10*time.Second, "both recorded SUCCEEDED", func() bool {
+			testserver.Eventually(t, 10*time.Second, "both recorded SUCCEEDED", func() bool {
 				r := w.srv.Do(t, "GET", "/api/v1/businesses/"+w.biz+"/webhook-deliveries?status=SUCCEEDED", w.owner.Token, nil)
 				r.JSON(t, &list)
 				return len(list) == 2
@@ -540,7 +541,7 @@ func TestE2ETwoReplicas(t *testing.T) {
 		id, _ := w.deposit(t, "1")
 		ids = append(ids, id)
 	}
-	eventually(t, 20*time.Second, "every event at both endpoints", func() bool { return len(a.rcv.all()) >= 2*n })
+	testserver.Eventually(t, 20*time.Second, "every event at both endpoints", func() bool { return len(a.rcv.all()) >= 2*n })
 	time.Sleep(500 * time.Millisecond)
 	// Count receipts by webhook-id and endpoint (path).
 	perID := map[string]map[string]int{}

@@ -1,0 +1,185 @@
+package harness
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lib/pq"
+
+	"github.com/voucherd/voucherd/bench/stats"
+)
+
+// c2cFloor is the commit→subscriber floor on PostgreSQL: the least a
+// database-carried change can cost on this machine and database. A bare
+// client commits transactions that write a row and NOTIFY the service's own
+// notification payload (a real voucherUpdated change, captured from the
+// service's notifier in the same phase) in the committing transaction, and
+// another connection LISTENs; latency is from the commit's return to the
+// listener reading the notification, as the service's is from the
+// response (sent after commit) to the subscriber reading the update. It
+// takes turns with the service in the commit→subscriber phase, at the same
+// rate.
+type c2cFloor struct {
+	db      *sql.DB
+	l       *pq.Listener
+	payload string
+
+	mu   sync.Mutex
+	done map[int64]time.Time // sequence → commit returned
+	recv map[int64]time.Time // sequence → notification read
+	stop chan struct{}
+	wg   sync.WaitGroup
+	// unlistened: the service's channel is no longer listened to (the
+	// phase's goroutine only).
+	unlistened bool
+}
+
+const (
+	// c2cFloorID is the floor's result; c2cSlice how long each side runs
+	// in its turn.
+	c2cFloorID      = "ref-c2c-floor"
+	c2cSlice        = 2 * time.Second
+	c2cFloorChannel = "voucherbench_c2c_floor"
+	// serviceChannel is the service's change channel (pubsub.Channel),
+	// listened to only to capture one real payload.
+	serviceChannel = "voucher_changes"
+)
+
+// newC2CFloor connects the floor's committing pool (as many connections as
+// the service's pool) and its listener, and creates its one-row-per-slot
+// table.
+func newC2CFloor(ctx context.Context, dsn string) (*c2cFloor, error) {
+	db, err := sql.Open("postgres", dsn)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(32)
+	db.SetMaxIdleConns(32)
+	if _, err := db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS voucherbench_c2c_floor (id int PRIMARY KEY, n bigint NOT NULL DEFAULT 0);
+		INSERT INTO voucherbench_c2c_floor (id) SELECT g FROM generate_series(0, 1023) g ON CONFLICT DO NOTHING`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("c2c floor table: %w", err)
+	}
+	f := &c2cFloor{db: db, done: map[int64]time.Time{}, recv: map[int64]time.Time{}, stop: make(chan struct{})}
+	f.l = pq.NewListener(dsn, 100*time.Millisecond, time.Second, nil)
+	for _, ch := range []string{c2cFloorChannel, serviceChannel} {
+		if err := f.l.Listen(ch); err != nil {
+			f.close()
+			return nil, fmt.Errorf("c2c floor LISTEN: %w", err)
+		}
+	}
+	f.wg.Add(1)
+	go f.read()
+	return f, nil
+}
+
+func (f *c2cFloor) read() {
+	defer f.wg.Done()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case n, ok := <-f.l.Notify:
+			if !ok {
+				return
+			}
+			at := time.Now()
+			if n == nil {
+				continue
+			}
+			f.mu.Lock()
+			if n.Channel == serviceChannel {
+				if f.payload == "" && strings.Contains(n.Extra, "\n") { // keys, then the row
+					f.payload = n.Extra
+				}
+				f.mu.Unlock()
+				continue
+			}
+			seq, _, _ := strings.Cut(n.Extra, " ")
+			if i, err := strconv.ParseInt(seq, 10, 64); err == nil {
+				if _, seen := f.recv[i]; !seen {
+					f.recv[i] = at
+				}
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// captured says whether a service notification carrying a row was seen
+// (the floor sends that payload; until then the floor cannot run). Once
+// one was, the floor stops listening to the service's channel, so
+// PostgreSQL delivers the service's changes to no more backends than
+// without the floor.
+func (f *c2cFloor) captured() bool {
+	f.mu.Lock()
+	ok := f.payload != ""
+	f.mu.Unlock()
+	if ok && !f.unlistened {
+		f.unlistened = f.l.Unlisten(serviceChannel) == nil
+	}
+	return ok
+}
+
+// run commits at rate for d, sequence numbers from base; it returns how
+// many it sent and the failures.
+func (f *c2cFloor) run(ctx context.Context, rate float64, d time.Duration, base int64) (int, *stats.Recorder) {
+	f.mu.Lock()
+	payload := f.payload
+	f.mu.Unlock()
+	n, errs, _, _ := OpenLoop(ctx, rate, d, 512, func(ctx context.Context, i int) error {
+		seq := base + int64(i)
+		tx, err := f.db.BeginTx(ctx, nil)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = tx.Rollback() }()
+		if _, err := tx.ExecContext(ctx, `UPDATE voucherbench_c2c_floor SET n = n + 1 WHERE id = $1`, seq%1024); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, c2cFloorChannel, strconv.FormatInt(seq, 10)+" "+payload); err != nil {
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+		at := time.Now()
+		f.mu.Lock()
+		f.done[seq] = at
+		f.mu.Unlock()
+		return nil
+	})
+	return n, errs
+}
+
+// latencies pairs each commit with its notification: commit→listener
+// times (never below zero: the notification can be read before the
+// committer hears its commit returned) and how many never arrived.
+func (f *c2cFloor) latencies() ([]time.Duration, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []time.Duration
+	var missing int64
+	for seq, t1 := range f.done {
+		at, ok := f.recv[seq]
+		if !ok {
+			missing++
+			continue
+		}
+		out = append(out, max(at.Sub(t1), 0))
+	}
+	return out, missing
+}
+
+func (f *c2cFloor) close() {
+	close(f.stop)
+	_ = f.l.Close()
+	f.wg.Wait()
+	_, _ = f.db.Exec(`DROP TABLE IF EXISTS voucherbench_c2c_floor`)
+	_ = f.db.Close()
+}
