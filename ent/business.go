@@ -41,9 +41,11 @@ type BusinessEdges struct {
 	Widgets []*Widget `json:"widgets,omitempty"`
 	// Vouchers holds the value of the vouchers edge.
 	Vouchers []*Voucher `json:"vouchers,omitempty"`
+	// APIKeys holds the value of the api_keys edge.
+	APIKeys []*APIKey `json:"api_keys,omitempty"`
 	// loadedTypes holds the information for reporting if a
 	// type was loaded (or requested) in eager-loading or not.
-	loadedTypes [4]bool
+	loadedTypes [5]bool
 	// totalCount holds the count of the edges above.
 	totalCount [3]map[string]int
 
@@ -51,6 +53,7 @@ type BusinessEdges struct {
 	namedWebhookEndpoints map[string][]*WebhookEndpoint
 	namedWidgets          map[string][]*Widget
 	namedVouchers         map[string][]*Voucher
+	namedAPIKeys          map[string][]*APIKey
 }
 
 // MembersOrErr returns the Members value or an error if the edge
@@ -87,6 +90,15 @@ func (e BusinessEdges) VouchersOrErr() ([]*Voucher, error) {
 		return e.Vouchers, nil
 	}
 	return nil, &NotLoadedError{edge: "vouchers"}
+}
+
+// APIKeysOrErr returns the APIKeys value or an error if the edge
+// was not loaded in eager-loading.
+func (e BusinessEdges) APIKeysOrErr() ([]*APIKey, error) {
+	if e.loadedTypes[4] {
+		return e.APIKeys, nil
+	}
+	return nil, &NotLoadedError{edge: "api_keys"}
 }
 
 // scanValues returns the types for scanning values from sql.Rows.
@@ -174,6 +186,11 @@ func (_m *Business) QueryWidgets() *WidgetQuery {
 // QueryVouchers queries the "vouchers" edge of the Business entity.
 func (_m *Business) QueryVouchers() *VoucherQuery {
 	return NewBusinessClient(_m.config).QueryVouchers(_m)
+}
+
+// QueryAPIKeys queries the "api_keys" edge of the Business entity.
+func (_m *Business) QueryAPIKeys() *APIKeyQuery {
+	return NewBusinessClient(_m.config).QueryAPIKeys(_m)
 }
 
 // Update returns a builder for updating this Business.
@@ -307,6 +324,30 @@ func (_m *Business) appendNamedVouchers(name string, edges ...*Voucher) {
 		_m.Edges.namedVouchers[name] = []*Voucher{}
 	} else {
 		_m.Edges.namedVouchers[name] = append(_m.Edges.namedVouchers[name], edges...)
+	}
+}
+
+// NamedAPIKeys returns the APIKeys named value or an error if the edge was not
+// loaded in eager-loading with this name.
+func (_m *Business) NamedAPIKeys(name string) ([]*APIKey, error) {
+	if _m.Edges.namedAPIKeys == nil {
+		return nil, &NotLoadedError{edge: name}
+	}
+	nodes, ok := _m.Edges.namedAPIKeys[name]
+	if !ok {
+		return nil, &NotLoadedError{edge: name}
+	}
+	return nodes, nil
+}
+
+func (_m *Business) appendNamedAPIKeys(name string, edges ...*APIKey) {
+	if _m.Edges.namedAPIKeys == nil {
+		_m.Edges.namedAPIKeys = make(map[string][]*APIKey)
+	}
+	if len(edges) == 0 {
+		_m.Edges.namedAPIKeys[name] = []*APIKey{}
+	} else {
+		_m.Edges.namedAPIKeys[name] = append(_m.Edges.namedAPIKeys[name], edges...)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
 	"entgo.io/ent/schema/field"
+	"github.com/voucherd/voucherd/ent/apikey"
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/predicate"
@@ -32,12 +33,14 @@ type BusinessQuery struct {
 	withWebhookEndpoints      *WebhookEndpointQuery
 	withWidgets               *WidgetQuery
 	withVouchers              *VoucherQuery
+	withAPIKeys               *APIKeyQuery
 	loadTotal                 []func(context.Context, []*Business) error
 	modifiers                 []func(*sql.Selector)
 	withNamedMembers          map[string]*BusinessUserQuery
 	withNamedWebhookEndpoints map[string]*WebhookEndpointQuery
 	withNamedWidgets          map[string]*WidgetQuery
 	withNamedVouchers         map[string]*VoucherQuery
+	withNamedAPIKeys          map[string]*APIKeyQuery
 	// intermediate query (i.e. traversal path).
 	sql  *sql.Selector
 	path func(context.Context) (*sql.Selector, error)
@@ -155,6 +158,28 @@ func (_q *BusinessQuery) QueryVouchers() *VoucherQuery {
 			sqlgraph.From(business.Table, business.FieldID, selector),
 			sqlgraph.To(voucher.Table, voucher.FieldID),
 			sqlgraph.Edge(sqlgraph.O2M, false, business.VouchersTable, business.VouchersColumn),
+		)
+		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
+		return fromU, nil
+	}
+	return query
+}
+
+// QueryAPIKeys chains the current query on the "api_keys" edge.
+func (_q *BusinessQuery) QueryAPIKeys() *APIKeyQuery {
+	query := (&APIKeyClient{config: _q.config}).Query()
+	query.path = func(ctx context.Context) (fromU *sql.Selector, err error) {
+		if err := _q.prepareQuery(ctx); err != nil {
+			return nil, err
+		}
+		selector := _q.sqlQuery(ctx)
+		if err := selector.Err(); err != nil {
+			return nil, err
+		}
+		step := sqlgraph.NewStep(
+			sqlgraph.From(business.Table, business.FieldID, selector),
+			sqlgraph.To(apikey.Table, apikey.FieldID),
+			sqlgraph.Edge(sqlgraph.O2M, false, business.APIKeysTable, business.APIKeysColumn),
 		)
 		fromU = sqlgraph.SetNeighbors(_q.driver.Dialect(), step)
 		return fromU, nil
@@ -358,6 +383,7 @@ func (_q *BusinessQuery) Clone() *BusinessQuery {
 		withWebhookEndpoints: _q.withWebhookEndpoints.Clone(),
 		withWidgets:          _q.withWidgets.Clone(),
 		withVouchers:         _q.withVouchers.Clone(),
+		withAPIKeys:          _q.withAPIKeys.Clone(),
 		// clone intermediate query.
 		sql:       _q.sql.Clone(),
 		path:      _q.path,
@@ -406,6 +432,17 @@ func (_q *BusinessQuery) WithVouchers(opts ...func(*VoucherQuery)) *BusinessQuer
 		opt(query)
 	}
 	_q.withVouchers = query
+	return _q
+}
+
+// WithAPIKeys tells the query-builder to eager-load the nodes that are connected to
+// the "api_keys" edge. The optional arguments are used to configure the query builder of the edge.
+func (_q *BusinessQuery) WithAPIKeys(opts ...func(*APIKeyQuery)) *BusinessQuery {
+	query := (&APIKeyClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	_q.withAPIKeys = query
 	return _q
 }
 
@@ -487,11 +524,12 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 	var (
 		nodes       = []*Business{}
 		_spec       = _q.querySpec()
-		loadedTypes = [4]bool{
+		loadedTypes = [5]bool{
 			_q.withMembers != nil,
 			_q.withWebhookEndpoints != nil,
 			_q.withWidgets != nil,
 			_q.withVouchers != nil,
+			_q.withAPIKeys != nil,
 		}
 	)
 	_spec.ScanValues = func(columns []string) ([]any, error) {
@@ -543,6 +581,13 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 			return nil, err
 		}
 	}
+	if query := _q.withAPIKeys; query != nil {
+		if err := _q.loadAPIKeys(ctx, query, nodes,
+			func(n *Business) { n.Edges.APIKeys = []*APIKey{} },
+			func(n *Business, e *APIKey) { n.Edges.APIKeys = append(n.Edges.APIKeys, e) }); err != nil {
+			return nil, err
+		}
+	}
 	for name, query := range _q.withNamedMembers {
 		if err := _q.loadMembers(ctx, query, nodes,
 			func(n *Business) { n.appendNamedMembers(name) },
@@ -568,6 +613,13 @@ func (_q *BusinessQuery) sqlAll(ctx context.Context, hooks ...queryHook) ([]*Bus
 		if err := _q.loadVouchers(ctx, query, nodes,
 			func(n *Business) { n.appendNamedVouchers(name) },
 			func(n *Business, e *Voucher) { n.appendNamedVouchers(name, e) }); err != nil {
+			return nil, err
+		}
+	}
+	for name, query := range _q.withNamedAPIKeys {
+		if err := _q.loadAPIKeys(ctx, query, nodes,
+			func(n *Business) { n.appendNamedAPIKeys(name) },
+			func(n *Business, e *APIKey) { n.appendNamedAPIKeys(name, e) }); err != nil {
 			return nil, err
 		}
 	}
@@ -697,6 +749,36 @@ func (_q *BusinessQuery) loadVouchers(ctx context.Context, query *VoucherQuery, 
 		node, ok := nodeids[*fk]
 		if !ok {
 			return fmt.Errorf(`unexpected referenced foreign-key "business_id" returned %v for node %v`, *fk, n.ID)
+		}
+		assign(node, n)
+	}
+	return nil
+}
+func (_q *BusinessQuery) loadAPIKeys(ctx context.Context, query *APIKeyQuery, nodes []*Business, init func(*Business), assign func(*Business, *APIKey)) error {
+	fks := make([]driver.Value, 0, len(nodes))
+	nodeids := make(map[string]*Business)
+	for i := range nodes {
+		fks = append(fks, nodes[i].ID)
+		nodeids[nodes[i].ID] = nodes[i]
+		if init != nil {
+			init(nodes[i])
+		}
+	}
+	if len(query.ctx.Fields) > 0 {
+		query.ctx.AppendFieldOnce(apikey.FieldBusinessID)
+	}
+	query.Where(predicate.APIKey(func(s *sql.Selector) {
+		s.Where(sql.InValues(s.C(business.APIKeysColumn), fks...))
+	}))
+	neighbors, err := query.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, n := range neighbors {
+		fk := n.BusinessID
+		node, ok := nodeids[fk]
+		if !ok {
+			return fmt.Errorf(`unexpected referenced foreign-key "business_id" returned %v for node %v`, fk, n.ID)
 		}
 		assign(node, n)
 	}
@@ -875,6 +957,20 @@ func (_q *BusinessQuery) WithNamedVouchers(name string, opts ...func(*VoucherQue
 		_q.withNamedVouchers = make(map[string]*VoucherQuery)
 	}
 	_q.withNamedVouchers[name] = query
+	return _q
+}
+
+// WithNamedAPIKeys tells the query-builder to eager-load the nodes that are connected to the "api_keys"
+// edge with the given name. The optional arguments are used to configure the query builder of the edge.
+func (_q *BusinessQuery) WithNamedAPIKeys(name string, opts ...func(*APIKeyQuery)) *BusinessQuery {
+	query := (&APIKeyClient{config: _q.config}).Query()
+	for _, opt := range opts {
+		opt(query)
+	}
+	if _q.withNamedAPIKeys == nil {
+		_q.withNamedAPIKeys = make(map[string]*APIKeyQuery)
+	}
+	_q.withNamedAPIKeys[name] = query
 	return _q
 }
 

@@ -12,6 +12,7 @@ import (
 	"entgo.io/ent"
 	"entgo.io/ent/dialect/sql"
 	"entgo.io/ent/dialect/sql/sqlgraph"
+	"github.com/voucherd/voucherd/ent/apikey"
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
@@ -88,6 +89,7 @@ var (
 func checkColumn(t, c string) error {
 	initCheck.Do(func() {
 		columnCheck = sql.NewColumnCheck(map[string]func(string) bool{
+			apikey.Table:            apikey.ValidColumn,
 			business.Table:          business.ValidColumn,
 			businessuser.Table:      businessuser.ValidColumn,
 			deliveryattempt.Table:   deliveryattempt.ValidColumn,

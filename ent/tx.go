@@ -14,6 +14,8 @@ import (
 // Tx is a transactional client that is created by calling Client.Tx().
 type Tx struct {
 	config
+	// APIKey is the client for interacting with the APIKey builders.
+	APIKey *APIKeyClient
 	// Business is the client for interacting with the Business builders.
 	Business *BusinessClient
 	// BusinessUser is the client for interacting with the BusinessUser builders.
@@ -177,6 +179,7 @@ func (tx *Tx) Client() *Client {
 }
 
 func (tx *Tx) init() {
+	tx.APIKey = NewAPIKeyClient(tx.config)
 	tx.Business = NewBusinessClient(tx.config)
 	tx.BusinessUser = NewBusinessUserClient(tx.config)
 	tx.DeliveryAttempt = NewDeliveryAttemptClient(tx.config)
@@ -202,7 +205,7 @@ func (tx *Tx) init() {
 // of them in order to commit or rollback the transaction.
 //
 // If a closed transaction is embedded in one of the generated entities, and the entity
-// applies a query, for example: Business.QueryXXX(), the query will be executed
+// applies a query, for example: APIKey.QueryXXX(), the query will be executed
 // through the driver which created this transaction.
 //
 // Note that txDriver is not goroutine safe.

@@ -31,6 +31,9 @@ func (r *queryResolver) Nodes(ctx context.Context, ids []string) ([]ent.Noder, e
 // Business returns generated.BusinessResolver implementation.
 func (r *Resolver) Business() generated.BusinessResolver { return &businessResolver{r} }
 
+// Event returns generated.EventResolver implementation.
+func (r *Resolver) Event() generated.EventResolver { return &eventResolver{r} }
+
 // Query returns generated.QueryResolver implementation.
 func (r *Resolver) Query() generated.QueryResolver { return &queryResolver{r} }
 
@@ -40,5 +43,6 @@ func (r *Resolver) WebhookDelivery() generated.WebhookDeliveryResolver {
 }
 
 type businessResolver struct{ *Resolver }
+type eventResolver struct{ *Resolver }
 type queryResolver struct{ *Resolver }
 type webhookDeliveryResolver struct{ *Resolver }

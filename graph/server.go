@@ -183,6 +183,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	srv.AroundResponses(timeBudget(opts.TimeBudget))
 	srv.AroundFields(internalErrors)
 	srv.AroundFields(nullForAbsent)
+	srv.AroundFields(keyScopes)
 	if opts.Metrics != nil {
 		// Outside the rate limits, so a refused field counts too.
 		srv.AroundFields(func(ctx context.Context, next graphql.Resolver) (any, error) {

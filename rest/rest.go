@@ -91,7 +91,10 @@ func (s *server) routes() {
 	s.route(operation.AddBusinessUser, s.addBusinessUser)
 	s.route(operation.UpdateBusinessUserStatus, s.updateBusinessUserStatus)
 
+	s.apiKeyRoutes()
+
 	s.webhookRoutes()
+	s.eventRoutes()
 	s.voucherRoutes()
 
 	s.route(operation.OpenAPI, s.openAPI)

@@ -48,6 +48,28 @@ func checks(r *report.Run) []report.Check {
 		out = append(out, report.NewCheck(target, "redeem REST", svc.Latency.PerSec, "/s", fmt.Sprintf("pgbench -c %d", c), ref.Latency.PerSec, 0.6, true))
 	}
 
+	{
+		target := "REST GET by API key <= 1.1 x by JWT"
+		var key, jwt *report.Result
+		var why1, why2 string
+		for _, x := range r.Results {
+			if x.Group == "apikeys" && strings.HasPrefix(x.ID, "apikey-get-key-") {
+				key, why1 = get(x.ID)
+				jwt, why2 = get("apikey-get-jwt-" + strings.TrimPrefix(x.ID, "apikey-get-key-"))
+			}
+		}
+		if key == nil || jwt == nil {
+			out = append(out, notRun(target, "GET by key p50", "GET by JWT p50", 1.1, false, first(first(why1, why2), "the API key reads were not part of this run")))
+		} else {
+			out = append(out, report.NewCheck(target, "GET by key p50", ms(key.Latency.P50), "ms", "GET by JWT p50", ms(jwt.Latency.P50), 1.1, false))
+		}
+		if x, why := get("apikey-replay-10000"); x == nil {
+			out = append(out, notRun("replay of 10,000 events queued < 2 s", "replay call", "2 s", 1, false, why))
+		} else {
+			out = append(out, report.NewCheck("replay of 10,000 events queued < 2 s", "replay call", ms(x.Latency.P50), "ms", "target 2 s", 2000, 1, false))
+		}
+	}
+
 	if x, why := get("read-rest-unloaded"); x == nil {
 		out = append(out, notRun("REST GET p50 <= 0.3 ms unloaded", "GET p50", "0.3 ms", 1, false, why))
 	} else {

@@ -119,6 +119,10 @@ func (s *pgScenarios) all(ctx context.Context) {
 		s.webhooks(ctx)
 		s.settle(ctx)
 	}
+	if h.want("apikeys") {
+		s.apiKeys(ctx)
+		s.settle(ctx)
+	}
 	if h.want("subscriptions") {
 		s.commitToClient(ctx)
 		s.fanout(ctx)
@@ -661,7 +665,7 @@ func (s *pgScenarios) readPhase(ctx context.Context, workers int, d time.Duratio
 		res := &report.Result{ID: a.id, Group: a.group, Name: a.name, Unit: "req", Latency: &sum, Usage: u,
 			Figures: append(cpuPer(u, sum.Count, "request"), busyFigure(share))}
 		res.Notes = append(res.Notes, fmt.Sprintf("%d slices of %s, taking turns with the other read targets", readSlices, slice))
-		if j == 0 {
+		if t.proc != s.svc && s.read != nil { // the floor
 			res.Notes = append(res.Notes, "captured SQL: "+s.read.SQL)
 		}
 		h.add(res)

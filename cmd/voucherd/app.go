@@ -24,6 +24,7 @@ import (
 	"github.com/voucherd/voucherd/checkoutpage"
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph"
+	"github.com/voucherd/voucherd/internal/apikey"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/config"
@@ -187,10 +188,12 @@ func (a *App) build(ctx context.Context) error {
 	a.Sessions = session.NewService(db, cfg.SessionTTL, nil)
 	a.Identity = identity.NewService(db, hasher, a.Issuer, a.Sessions)
 	a.Businesses = business.NewService(db, nil)
+	a.APIKeys = apikey.NewService(db, apikey.Options{Log: a.Log})
 	a.principals = graph.NewSockets()
 	a.ends = revocation.New(revocation.Options{Log: a.Log})
 	a.ends.OnEnd(a.endLocalSockets)
 	a.Sessions.Revocations(a.ends)
+	a.APIKeys.Revocations(a.ends)
 	if err := a.buildPubsub(ctx); err != nil {
 		return err
 	}
@@ -231,7 +234,7 @@ func (a *App) build(ctx context.Context) error {
 	httpMetrics := httpx.NewMetrics(reg)
 	cors := httpx.NewCORS(cfg.CORSOrigins)
 
-	a.graphql = graph.NewHandler(&graph.Resolver{Services: a.Services, Hub: a.Hub}, graph.Options{Log: a.Log, Verifier: a.Sessions.Verifier(a.Issuer), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
+	a.graphql = graph.NewHandler(&graph.Resolver{Services: a.Services, Hub: a.Hub}, graph.Options{Log: a.Log, Verifier: a.verifier(), Development: cfg.IsDevelopment(), TimeBudget: cfg.GraphQLTimeBudget, RateLimit: limits, Base: a.sockets, Sockets: a.principals, CheckOrigin: cors.CheckOrigin, Metrics: a.metrics.graphql})
 	reg.MustRegister(metrics.Websockets(a.graphql.Websockets))
 
 	mux := http.NewServeMux()
@@ -259,8 +262,15 @@ func (a *App) build(ctx context.Context) error {
 	mux.HandleFunc("/", httpx.NotFound)
 	// CORS sits outside authentication so that a refused token's 401 still
 	// reaches the page that sent it; gzip outside both compresses errors too.
-	a.handler = httpx.Middleware(a.Log, httpMetrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.Sessions.Verifier(a.Issuer), httpx.Routes(mux)))))
+	a.handler = httpx.Middleware(a.Log, httpMetrics, httpx.Gzip(cors.Wrap(auth.Middleware(a.verifier(), httpx.Routes(mux)))))
 	return nil
+}
+
+// verifier proves bearer tokens on both doors: API keys (vsk_…) by the
+// API key service, JWTs by the issuer, a resource token only while its
+// session lives.
+func (a *App) verifier() auth.Verifier {
+	return a.APIKeys.Verifier(a.Sessions.Verifier(a.Issuer))
 }
 
 // rateLimits builds the gate both doors charge: budgets in PostgreSQL when
@@ -372,7 +382,7 @@ func (a *App) every(ctx context.Context, name string, interval time.Duration, fn
 	}()
 }
 
-// sweep records expiries. It is idempotent, so replicas sweeping at once
+// sweep records expiries and prunes the event log past its retention. It is idempotent, so replicas sweeping at once
 // only repeat each other's no-ops; on PostgreSQL an advisory lock keeps it to
 // one replica at a time.
 func (a *App) sweep(ctx context.Context) error {
@@ -380,7 +390,8 @@ func (a *App) sweep(ctx context.Context) error {
 		_, serr := a.Sessions.SweepExpired(ctx)
 		_, verr := a.Vouchers.SweepExpired(ctx)
 		_, ierr := a.Idempotency.Sweep(ctx)
-		return errors.Join(serr, verr, ierr)
+		_, eerr := a.Webhooks.PruneEvents(ctx)
+		return errors.Join(serr, verr, ierr, eerr)
 	})
 }
 

@@ -8,6 +8,39 @@ import (
 )
 
 var (
+	// APIKeysColumns holds the columns for the "api_keys" table.
+	APIKeysColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeString, Size: 64},
+		{Name: "name", Type: field.TypeString, Size: 512},
+		{Name: "scopes", Type: field.TypeJSON, SchemaType: map[string]string{"postgres": "text"}},
+		{Name: "key_hash", Type: field.TypeString, Unique: true},
+		{Name: "created_by", Type: field.TypeString},
+		{Name: "created_at", Type: field.TypeTime},
+		{Name: "last_used_at", Type: field.TypeTime, Nullable: true},
+		{Name: "revoked_at", Type: field.TypeTime, Nullable: true},
+		{Name: "business_id", Type: field.TypeString, Size: 64},
+	}
+	// APIKeysTable holds the schema information for the "api_keys" table.
+	APIKeysTable = &schema.Table{
+		Name:       "api_keys",
+		Columns:    APIKeysColumns,
+		PrimaryKey: []*schema.Column{APIKeysColumns[0]},
+		ForeignKeys: []*schema.ForeignKey{
+			{
+				Symbol:     "api_keys_businesses_api_keys",
+				Columns:    []*schema.Column{APIKeysColumns[8]},
+				RefColumns: []*schema.Column{BusinessesColumns[0]},
+				OnDelete:   schema.NoAction,
+			},
+		},
+		Indexes: []*schema.Index{
+			{
+				Name:    "apikey_business_id_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{APIKeysColumns[8], APIKeysColumns[5]},
+			},
+		},
+	}
 	// BusinessesColumns holds the columns for the "businesses" table.
 	BusinessesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Size: 64},
@@ -134,6 +167,11 @@ var (
 				Name:    "event_voucher_id",
 				Unique:  false,
 				Columns: []*schema.Column{EventsColumns[2]},
+			},
+			{
+				Name:    "event_created_at",
+				Unique:  false,
+				Columns: []*schema.Column{EventsColumns[6]},
 			},
 		},
 	}
@@ -447,7 +485,7 @@ var (
 			},
 			{
 				Name:    "webhookdelivery_event_id_endpoint_id",
-				Unique:  true,
+				Unique:  false,
 				Columns: []*schema.Column{WebhookDeliveriesColumns[12], WebhookDeliveriesColumns[13]},
 			},
 		},
@@ -524,6 +562,7 @@ var (
 	}
 	// Tables holds all the tables in the schema.
 	Tables = []*schema.Table{
+		APIKeysTable,
 		BusinessesTable,
 		BusinessUsersTable,
 		DeliveryAttemptsTable,
@@ -544,6 +583,7 @@ var (
 )
 
 func init() {
+	APIKeysTable.ForeignKeys[0].RefTable = BusinessesTable
 	BusinessUsersTable.ForeignKeys[0].RefTable = BusinessesTable
 	BusinessUsersTable.ForeignKeys[1].RefTable = UsersTable
 	DeliveryAttemptsTable.ForeignKeys[0].RefTable = WebhookDeliveriesTable

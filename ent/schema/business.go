@@ -34,6 +34,7 @@ func (Business) Edges() []ent.Edge {
 		edge.To("webhook_endpoints", WebhookEndpoint.Type).Annotations(entgql.RelayConnection()),
 		edge.To("widgets", Widget.Type).Annotations(entgql.RelayConnection()),
 		edge.To("vouchers", Voucher.Type).Annotations(entgql.Skip()),
+		edge.To("api_keys", APIKey.Type).Annotations(entgql.Skip()),
 	}
 }
 

@@ -90,6 +90,8 @@ func (Event) Indexes() []ent.Index {
 	return []ent.Index{
 		index.Fields("business_id", "created_at"),
 		index.Fields("voucher_id"),
+		// The sweeper prunes events past the log's retention by age.
+		index.Fields("created_at"),
 	}
 }
 
@@ -141,7 +143,9 @@ func (WebhookDelivery) Indexes() []ent.Index {
 		index.Fields("status", "next_attempt_at"),
 		index.Fields("business_id", "created_at"),
 		index.Fields("endpoint_id", "created_at"),
-		index.Fields("event_id", "endpoint_id").Unique(),
+		// Not unique: a replay queues an event again to an endpoint that
+		// had it (receivers deduplicate on the event id).
+		index.Fields("event_id", "endpoint_id"),
 	}
 }
 

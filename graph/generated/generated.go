@@ -27,6 +27,7 @@ import (
 	widget1 "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/graph/model"
 	"github.com/voucherd/voucherd/graph/scalars"
+	"github.com/voucherd/voucherd/internal/apikey"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
@@ -49,6 +50,7 @@ type Config = graphql.Config[ResolverRoot, DirectiveRoot, ComplexityRoot]
 type ResolverRoot interface {
 	Business() BusinessResolver
 	Currency() CurrencyResolver
+	Event() EventResolver
 	Mutation() MutationResolver
 	Query() QueryResolver
 	Rates() RatesResolver
@@ -66,6 +68,24 @@ type ComplexityRoot struct {
 		Type func(childComplexity int) int
 	}
 
+	ApiKey struct {
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Name       func(childComplexity int) int
+		RevokedAt  func(childComplexity int) int
+		Scopes     func(childComplexity int) int
+	}
+
+	ApiKeyWithKey struct {
+		CreatedAt  func(childComplexity int) int
+		ID         func(childComplexity int) int
+		Key        func(childComplexity int) int
+		LastUsedAt func(childComplexity int) int
+		Name       func(childComplexity int) int
+		Scopes     func(childComplexity int) int
+	}
+
 	AuthResult struct {
 		Authorization func(childComplexity int) int
 		User          func(childComplexity int) int
@@ -77,7 +97,9 @@ type ComplexityRoot struct {
 	}
 
 	Business struct {
+		APIKeys          func(childComplexity int) int
 		CreatedAt        func(childComplexity int) int
+		Events           func(childComplexity int, typeArg *string, since *time.Time, until *time.Time, limit *int, offset *int) int
 		ID               func(childComplexity int) int
 		Members          func(childComplexity int, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) int
 		Name             func(childComplexity int) int
@@ -159,6 +181,7 @@ type ComplexityRoot struct {
 	Event struct {
 		BusinessID     func(childComplexity int) int
 		CreatedAt      func(childComplexity int) int
+		Data           func(childComplexity int) int
 		ID             func(childComplexity int) int
 		Type           func(childComplexity int) int
 		VoucherID      func(childComplexity int) int
@@ -176,6 +199,7 @@ type ComplexityRoot struct {
 	Mutation struct {
 		AddBusinessUser          func(childComplexity int, businessID string, input business.AddUserInput) int
 		CloseSession             func(childComplexity int, id string) int
+		CreateAPIKey             func(childComplexity int, businessID string, input apikey.CreateInput) int
 		CreateBusiness           func(childComplexity int, input business.CreateInput) int
 		CreateEndpoint           func(childComplexity int, businessID string, input webhook.CreateEndpointInput) int
 		CreateSession            func(childComplexity int) int
@@ -186,9 +210,11 @@ type ComplexityRoot struct {
 		InteropInit              func(childComplexity int, id string, input voucher.InteropInitInput) int
 		NegotiateVoucher         func(childComplexity int, id string, input voucher.NegotiateInput) int
 		RedeemVoucher            func(childComplexity int, id string, input voucher.RedeemInput) int
+		Replay                   func(childComplexity int, businessID string, id string, input model.ReplayInput) int
 		ReserveVoucher           func(childComplexity int, input voucher.ReserveInput) int
 		ResolveVoucher           func(childComplexity int, id string, input voucher.ResolveInput) int
 		RetryDelivery            func(childComplexity int, businessID string, id string) int
+		RevokeAPIKey             func(childComplexity int, businessID string, id string) int
 		RotateSecret             func(childComplexity int, businessID string, id string) int
 		RotateWidgetSecret       func(childComplexity int, businessID string, id string) int
 		SignIn                   func(childComplexity int, input identity.Credentials) int
@@ -254,6 +280,10 @@ type ComplexityRoot struct {
 		Amount          func(childComplexity int) int
 		PaymentID       func(childComplexity int) int
 		TransactionHash func(childComplexity int) int
+	}
+
+	ReplayResult struct {
+		Queued func(childComplexity int) int
 	}
 
 	Settlement struct {
@@ -475,11 +505,20 @@ type ComplexityRoot struct {
 
 type BusinessResolver interface {
 	Members(ctx context.Context, obj *ent.Business, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error)
+
+	APIKeys(ctx context.Context, obj *ent.Business) ([]ent.APIKey, error)
+	Events(ctx context.Context, obj *ent.Business, typeArg *string, since *time.Time, until *time.Time, limit *int, offset *int) ([]ent.Event, error)
 }
 type CurrencyResolver interface {
 	Decimals(ctx context.Context, obj *finance.Token) (int, error)
 }
+type EventResolver interface {
+	Data(ctx context.Context, obj *ent.Event) (json.RawMessage, error)
+}
 type MutationResolver interface {
+	CreateAPIKey(ctx context.Context, businessID string, input apikey.CreateInput) (*apikey.WithKey, error)
+	RevokeAPIKey(ctx context.Context, businessID string, id string) (*ent.APIKey, error)
+	Replay(ctx context.Context, businessID string, id string, input model.ReplayInput) (*model.ReplayResult, error)
 	CreateBusiness(ctx context.Context, input business.CreateInput) (*ent.Business, error)
 	UpdateBusiness(ctx context.Context, id string, input business.UpdateInput) (*ent.Business, error)
 	UpdateBusinessStatus(ctx context.Context, id string, input business.StatusInput) (*ent.Business, error)
@@ -561,6 +600,80 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Account.Type(childComplexity), true
 
+	case "ApiKey.createdAt":
+		if e.ComplexityRoot.ApiKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.CreatedAt(childComplexity), true
+	case "ApiKey.id":
+		if e.ComplexityRoot.ApiKey.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.ID(childComplexity), true
+	case "ApiKey.lastUsedAt":
+		if e.ComplexityRoot.ApiKey.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.LastUsedAt(childComplexity), true
+	case "ApiKey.name":
+		if e.ComplexityRoot.ApiKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.Name(childComplexity), true
+	case "ApiKey.revokedAt":
+		if e.ComplexityRoot.ApiKey.RevokedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.RevokedAt(childComplexity), true
+	case "ApiKey.scopes":
+		if e.ComplexityRoot.ApiKey.Scopes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKey.Scopes(childComplexity), true
+
+	case "ApiKeyWithKey.createdAt":
+		if e.ComplexityRoot.ApiKeyWithKey.CreatedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.CreatedAt(childComplexity), true
+	case "ApiKeyWithKey.id":
+		if e.ComplexityRoot.ApiKeyWithKey.ID == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.ID(childComplexity), true
+	case "ApiKeyWithKey.key":
+		if e.ComplexityRoot.ApiKeyWithKey.Key == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.Key(childComplexity), true
+	case "ApiKeyWithKey.lastUsedAt":
+		if e.ComplexityRoot.ApiKeyWithKey.LastUsedAt == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.LastUsedAt(childComplexity), true
+	case "ApiKeyWithKey.name":
+		if e.ComplexityRoot.ApiKeyWithKey.Name == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.Name(childComplexity), true
+	case "ApiKeyWithKey.scopes":
+		if e.ComplexityRoot.ApiKeyWithKey.Scopes == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ApiKeyWithKey.Scopes(childComplexity), true
+
 	case "AuthResult.authorization":
 		if e.ComplexityRoot.AuthResult.Authorization == nil {
 			break
@@ -587,12 +700,29 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 
 		return e.ComplexityRoot.Authorization.Token(childComplexity), true
 
+	case "Business.apiKeys":
+		if e.ComplexityRoot.Business.APIKeys == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Business.APIKeys(childComplexity), true
 	case "Business.createdAt":
 		if e.ComplexityRoot.Business.CreatedAt == nil {
 			break
 		}
 
 		return e.ComplexityRoot.Business.CreatedAt(childComplexity), true
+	case "Business.events":
+		if e.ComplexityRoot.Business.Events == nil {
+			break
+		}
+
+		args, err := ec.field_Business_events_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Business.Events(childComplexity, args["type"].(*string), args["since"].(*time.Time), args["until"].(*time.Time), args["limit"].(*int), args["offset"].(*int)), true
 	case "Business.id":
 		if e.ComplexityRoot.Business.ID == nil {
 			break
@@ -907,6 +1037,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Event.CreatedAt(childComplexity), true
+	case "Event.data":
+		if e.ComplexityRoot.Event.Data == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Event.Data(childComplexity), true
 	case "Event.id":
 		if e.ComplexityRoot.Event.ID == nil {
 			break
@@ -985,6 +1121,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.CloseSession(childComplexity, args["id"].(string)), true
+	case "Mutation.createApiKey":
+		if e.ComplexityRoot.Mutation.CreateAPIKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_createApiKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.CreateAPIKey(childComplexity, args["businessId"].(string), args["input"].(apikey.CreateInput)), true
 	case "Mutation.createBusiness":
 		if e.ComplexityRoot.Mutation.CreateBusiness == nil {
 			break
@@ -1090,6 +1237,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RedeemVoucher(childComplexity, args["id"].(string), args["input"].(voucher.RedeemInput)), true
+	case "Mutation.replay":
+		if e.ComplexityRoot.Mutation.Replay == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_replay_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.Replay(childComplexity, args["businessId"].(string), args["id"].(string), args["input"].(model.ReplayInput)), true
 	case "Mutation.reserveVoucher":
 		if e.ComplexityRoot.Mutation.ReserveVoucher == nil {
 			break
@@ -1123,6 +1281,17 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Mutation.RetryDelivery(childComplexity, args["businessId"].(string), args["id"].(string)), true
+	case "Mutation.revokeApiKey":
+		if e.ComplexityRoot.Mutation.RevokeAPIKey == nil {
+			break
+		}
+
+		args, err := ec.field_Mutation_revokeApiKey_args(ctx, rawArgs)
+		if err != nil {
+			return 0, false
+		}
+
+		return e.ComplexityRoot.Mutation.RevokeAPIKey(childComplexity, args["businessId"].(string), args["id"].(string)), true
 	case "Mutation.rotateSecret":
 		if e.ComplexityRoot.Mutation.RotateSecret == nil {
 			break
@@ -1490,6 +1659,13 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Receipt.TransactionHash(childComplexity), true
+
+	case "ReplayResult.queued":
+		if e.ComplexityRoot.ReplayResult.Queued == nil {
+			break
+		}
+
+		return e.ComplexityRoot.ReplayResult.Queued(childComplexity), true
 
 	case "Settlement.confirmations":
 		if e.ComplexityRoot.Settlement.Confirmations == nil {
@@ -2346,6 +2522,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputBusinessUserOrder,
 		ec.unmarshalInputBusinessUserWhereInput,
 		ec.unmarshalInputBusinessWhereInput,
+		ec.unmarshalInputCreateApiKeyInput,
 		ec.unmarshalInputCreateBusinessInput,
 		ec.unmarshalInputCreateEndpointInput,
 		ec.unmarshalInputCreateWidgetInput,
@@ -2359,6 +2536,7 @@ func (e *executableSchema) Exec(ctx context.Context) graphql.ResponseHandler {
 		ec.unmarshalInputPaymentInput,
 		ec.unmarshalInputReceiptInput,
 		ec.unmarshalInputRedeemVoucherInput,
+		ec.unmarshalInputReplayInput,
 		ec.unmarshalInputReserveVoucherInput,
 		ec.unmarshalInputResolveVoucherInput,
 		ec.unmarshalInputSignInDataInput,
@@ -2471,6 +2649,82 @@ func newExecutionContext(
 }
 
 var sources = []*ast.Source{
+	{Name: "../schema/apikey.graphql", Input: `# A business's API keys and its event log: the same operations as
+# /api/v1/businesses/:businessId/api-keys, .../events and
+# .../webhook-endpoints/:endpointId/replay, through the same services.
+
+"A business's API key for its own server. The key itself is shown only by createApiKey."
+type ApiKey {
+  id: ID!
+  name: String!
+  "what the key may do: vouchers:read, checkouts:write, widgets:read, widgets:write, webhooks:read, webhooks:write, events:read, business:read"
+  scopes: [String!]!
+  createdAt: Time!
+  "when the key was last used, to the minute; null before its first use"
+  lastUsedAt: Time
+  "set on a revoked key (the answer of revokeApiKey)"
+  revokedAt: Time
+}
+
+"""
+An API key with its key: the answer of createApiKey, the only time the key
+is shown.
+"""
+type ApiKeyWithKey {
+  id: ID!
+  name: String!
+  scopes: [String!]!
+  createdAt: Time!
+  lastUsedAt: Time
+  "vsk_ + base64url of 32 random bytes; send it as Authorization: Bearer from your server only; it is never shown again"
+  key: String!
+}
+
+"Body of POST .../api-keys/create-api-key."
+input CreateApiKeyInput {
+  "1 to 128 characters"
+  name: String!
+  "one or more scopes, no repeats"
+  scopes: [String!]!
+}
+
+"Body of POST .../webhook-endpoints/:endpointId/replay (REST takes the times as unix milliseconds)."
+input ReplayInput {
+  "events created after this"
+  since: Time!
+  "events created before this; now when absent"
+  until: Time
+  "only these of the endpoint's event types; all of them when absent"
+  types: [String!]
+}
+
+"The answer of replay."
+type ReplayResult {
+  "how many deliveries were queued (at most 10,000)"
+  queued: Int!
+}
+
+extend type Event {
+  "the data the webhook carried, byte for byte"
+  data: JSON!
+}
+
+extend type Business {
+  "GET /api/v1/businesses/:businessId/api-keys: the live keys, oldest first (any ACTIVE member)."
+  apiKeys: [ApiKey!]!
+  "GET /api/v1/businesses/:businessId/events: the event log (30 days), oldest first; limit 1 to 100, default 100."
+  events(type: String, since: Time, until: Time, limit: Int, offset: Int): [Event!]!
+}
+
+extend type Mutation {
+  "POST /api/v1/businesses/:businessId/api-keys/create-api-key"
+  createApiKey(businessId: ID!, input: CreateApiKeyInput!): ApiKeyWithKey!
+  "POST /api/v1/businesses/:businessId/api-keys/:keyId/revoke-api-key: answers once no replica accepts the key any more"
+  revokeApiKey(businessId: ID!, id: ID!): ApiKey!
+  "POST /api/v1/businesses/:businessId/webhook-endpoints/:endpointId/replay"
+  replay(businessId: ID!, id: ID!, input: ReplayInput!): ReplayResult!
+}
+`, BuiltIn: false},
 	{Name: "../schema/business.graphql", Input: `# Businesses and their members: the same operations as /api/v1/businesses,
 # through the same business service. REST's "update-status" exists twice (the
 # business's and a member's), so the GraphQL names say which one.
@@ -4334,6 +4588,42 @@ func (ec *executionContext) childFields_Account(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Account", field.Name)
 }
 
+func (ec *executionContext) childFields_ApiKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ApiKey_id(ctx, field)
+	case "name":
+		return ec.fieldContext_ApiKey_name(ctx, field)
+	case "scopes":
+		return ec.fieldContext_ApiKey_scopes(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ApiKey_createdAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_ApiKey_lastUsedAt(ctx, field)
+	case "revokedAt":
+		return ec.fieldContext_ApiKey_revokedAt(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ApiKey", field.Name)
+}
+
+func (ec *executionContext) childFields_ApiKeyWithKey(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_ApiKeyWithKey_id(ctx, field)
+	case "name":
+		return ec.fieldContext_ApiKeyWithKey_name(ctx, field)
+	case "scopes":
+		return ec.fieldContext_ApiKeyWithKey_scopes(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_ApiKeyWithKey_createdAt(ctx, field)
+	case "lastUsedAt":
+		return ec.fieldContext_ApiKeyWithKey_lastUsedAt(ctx, field)
+	case "key":
+		return ec.fieldContext_ApiKeyWithKey_key(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ApiKeyWithKey", field.Name)
+}
+
 func (ec *executionContext) childFields_AuthResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "authorization":
@@ -4372,6 +4662,10 @@ func (ec *executionContext) childFields_Business(ctx context.Context, field grap
 		return ec.fieldContext_Business_webhookEndpoints(ctx, field)
 	case "widgets":
 		return ec.fieldContext_Business_widgets(ctx, field)
+	case "apiKeys":
+		return ec.fieldContext_Business_apiKeys(ctx, field)
+	case "events":
+		return ec.fieldContext_Business_events(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Business", field.Name)
 }
@@ -4502,6 +4796,26 @@ func (ec *executionContext) childFields_Deposit(ctx context.Context, field graph
 	return nil, fmt.Errorf("no field named %q was found under type Deposit", field.Name)
 }
 
+func (ec *executionContext) childFields_Event(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "id":
+		return ec.fieldContext_Event_id(ctx, field)
+	case "businessId":
+		return ec.fieldContext_Event_businessId(ctx, field)
+	case "voucherId":
+		return ec.fieldContext_Event_voucherId(ctx, field)
+	case "voucherVersion":
+		return ec.fieldContext_Event_voucherVersion(ctx, field)
+	case "type":
+		return ec.fieldContext_Event_type(ctx, field)
+	case "createdAt":
+		return ec.fieldContext_Event_createdAt(ctx, field)
+	case "data":
+		return ec.fieldContext_Event_data(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type Event", field.Name)
+}
+
 func (ec *executionContext) childFields_InteropSubmission(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
 	switch field.Name {
 	case "id":
@@ -4598,6 +4912,14 @@ func (ec *executionContext) childFields_Receipt(ctx context.Context, field graph
 		return ec.fieldContext_Receipt_amount(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Receipt", field.Name)
+}
+
+func (ec *executionContext) childFields_ReplayResult(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+	switch field.Name {
+	case "queued":
+		return ec.fieldContext_ReplayResult_queued(ctx, field)
+	}
+	return nil, fmt.Errorf("no field named %q was found under type ReplayResult", field.Name)
 }
 
 func (ec *executionContext) childFields_Settlement(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
@@ -5126,6 +5448,52 @@ func (ec *executionContext) childFields___Type(ctx context.Context, field graphq
 
 // region    ***************************** args.gotpl *****************************
 
+func (ec *executionContext) field_Business_events_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "type",
+		func(ctx context.Context, v any) (*string, error) {
+			return ec.unmarshalOString2ᚖstring(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["type"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "since",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["since"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "until",
+		func(ctx context.Context, v any) (*time.Time, error) {
+			return ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["until"] = arg2
+	arg3, err := graphql.ProcessArgField(ctx, rawArgs, "limit",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["limit"] = arg3
+	arg4, err := graphql.ProcessArgField(ctx, rawArgs, "offset",
+		func(ctx context.Context, v any) (*int, error) {
+			return ec.unmarshalOInt2ᚖint(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["offset"] = arg4
+	return args, nil
+}
+
 func (ec *executionContext) field_Business_members_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -5305,6 +5673,28 @@ func (ec *executionContext) field_Mutation_closeSession_args(ctx context.Context
 		return nil, err
 	}
 	args["id"] = arg0
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_createApiKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (apikey.CreateInput, error) {
+			return ec.unmarshalNCreateApiKeyInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapikeyᚐCreateInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg1
 	return args, nil
 }
 
@@ -5490,6 +5880,36 @@ func (ec *executionContext) field_Mutation_redeemVoucher_args(ctx context.Contex
 	return args, nil
 }
 
+func (ec *executionContext) field_Mutation_replay_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	arg2, err := graphql.ProcessArgField(ctx, rawArgs, "input",
+		func(ctx context.Context, v any) (model.ReplayInput, error) {
+			return ec.unmarshalNReplayInput2githubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐReplayInput(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["input"] = arg2
+	return args, nil
+}
+
 func (ec *executionContext) field_Mutation_reserveVoucher_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
@@ -5527,6 +5947,28 @@ func (ec *executionContext) field_Mutation_resolveVoucher_args(ctx context.Conte
 }
 
 func (ec *executionContext) field_Mutation_retryDelivery_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
+	var err error
+	args := map[string]any{}
+	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["businessId"] = arg0
+	arg1, err := graphql.ProcessArgField(ctx, rawArgs, "id",
+		func(ctx context.Context, v any) (string, error) {
+			return ec.unmarshalNID2string(ctx, v)
+		})
+	if err != nil {
+		return nil, err
+	}
+	args["id"] = arg1
+	return args, nil
+}
+
+func (ec *executionContext) field_Mutation_revokeApiKey_args(ctx context.Context, rawArgs map[string]any) (map[string]any, error) {
 	var err error
 	args := map[string]any{}
 	arg0, err := graphql.ProcessArgField(ctx, rawArgs, "businessId",
@@ -6208,6 +6650,282 @@ func (ec *executionContext) fieldContext_Account_type(_ context.Context, field g
 	return graphql.NewScalarFieldContext("Account", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
+func (ec *executionContext) _ApiKey_id(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_name(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_scopes(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_scopes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Scopes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_scopes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_createdAt(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_lastUsedAt(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_lastUsedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastUsedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_lastUsedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKey_revokedAt(ctx context.Context, field graphql.CollectedField, obj *ent.APIKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKey_revokedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.RevokedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKey_revokedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_id(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_id(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.ID, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNID2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_id(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type ID does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_name(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_name(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Name, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_name(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_scopes(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_scopes(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Scopes, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []string) graphql.Marshaler {
+			return ec.marshalNString2ᚕstringᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_scopes(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_createdAt(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_createdAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.CreatedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v time.Time) graphql.Marshaler {
+			return ec.marshalNTime2timeᚐTime(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_lastUsedAt(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_lastUsedAt(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.LastUsedAt, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *time.Time) graphql.Marshaler {
+			return ec.marshalOTime2ᚖtimeᚐTime(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_lastUsedAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _ApiKeyWithKey_key(ctx context.Context, field graphql.CollectedField, obj *apikey.WithKey) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ApiKeyWithKey_key(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Key, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v string) graphql.Marshaler {
+			return ec.marshalNString2string(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ApiKeyWithKey_key(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ApiKeyWithKey", field, false, false, errors.New("field of type String does not have child fields"))
+}
+
 func (ec *executionContext) _AuthResult_authorization(ctx context.Context, field graphql.CollectedField, obj *identity.Result) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -6559,6 +7277,82 @@ func (ec *executionContext) fieldContext_Business_widgets(ctx context.Context, f
 	}()
 	ctx = graphql.WithFieldContext(ctx, fc)
 	if fc.Args, err = ec.field_Business_widgets_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Business_apiKeys(ctx context.Context, field graphql.CollectedField, obj *ent.Business) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Business_apiKeys(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Business().APIKeys(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []ent.APIKey) graphql.Marshaler {
+			return ec.marshalNApiKey2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKeyᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Business_apiKeys(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Business",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKey(ctx, field)
+		},
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Business_events(ctx context.Context, field graphql.CollectedField, obj *ent.Business) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Business_events(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Business().Events(ctx, obj, fc.Args["type"].(*string), fc.Args["since"].(*time.Time), fc.Args["until"].(*time.Time), fc.Args["limit"].(*int), fc.Args["offset"].(*int))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v []ent.Event) graphql.Marshaler {
+			return ec.marshalNEvent2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐEventᚄ(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Business_events(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Business",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_Event(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Business_events_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
 		ec.Error(ctx, err)
 		return fc, err
 	}
@@ -7681,6 +8475,29 @@ func (ec *executionContext) fieldContext_Event_createdAt(_ context.Context, fiel
 	return graphql.NewScalarFieldContext("Event", field, false, false, errors.New("field of type Time does not have child fields"))
 }
 
+func (ec *executionContext) _Event_data(ctx context.Context, field graphql.CollectedField, obj *ent.Event) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Event_data(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return ec.Resolvers.Event().Data(ctx, obj)
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v json.RawMessage) graphql.Marshaler {
+			return ec.marshalNJSON2encodingᚋjsonᚐRawMessage(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Event_data(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Event", field, true, true, errors.New("field of type JSON does not have child fields"))
+}
+
 func (ec *executionContext) _InteropSubmission_id(ctx context.Context, field graphql.CollectedField, obj *voucher.Submission) (ret graphql.Marshaler) {
 	return graphql.ResolveField(
 		ctx,
@@ -7794,6 +8611,138 @@ func (ec *executionContext) _InteropSubmission_createdAt(ctx context.Context, fi
 }
 func (ec *executionContext) fieldContext_InteropSubmission_createdAt(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("InteropSubmission", field, false, false, errors.New("field of type Time does not have child fields"))
+}
+
+func (ec *executionContext) _Mutation_createApiKey(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_createApiKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().CreateAPIKey(ctx, fc.Args["businessId"].(string), fc.Args["input"].(apikey.CreateInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *apikey.WithKey) graphql.Marshaler {
+			return ec.marshalNApiKeyWithKey2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapikeyᚐWithKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_createApiKey(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKeyWithKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_createApiKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_revokeApiKey(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_revokeApiKey(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().RevokeAPIKey(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *ent.APIKey) graphql.Marshaler {
+			return ec.marshalNApiKey2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKey(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_revokeApiKey(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ApiKey(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_revokeApiKey_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
+}
+
+func (ec *executionContext) _Mutation_replay(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Mutation_replay(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			fc := graphql.GetFieldContext(ctx)
+			return ec.Resolvers.Mutation().Replay(ctx, fc.Args["businessId"].(string), fc.Args["id"].(string), fc.Args["input"].(model.ReplayInput))
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *model.ReplayResult) graphql.Marshaler {
+			return ec.marshalNReplayResult2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐReplayResult(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_Mutation_replay(ctx context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	fc = &graphql.FieldContext{
+		Object:     "Mutation",
+		Field:      field,
+		IsMethod:   true,
+		IsResolver: true,
+		Child: func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.childFields_ReplayResult(ctx, field)
+		},
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = ec.Recover(ctx, r)
+			ec.Error(ctx, err)
+		}
+	}()
+	ctx = graphql.WithFieldContext(ctx, fc)
+	if fc.Args, err = ec.field_Mutation_replay_args(ctx, field.ArgumentMap(ec.Variables)); err != nil {
+		ec.Error(ctx, err)
+		return fc, err
+	}
+	return fc, nil
 }
 
 func (ec *executionContext) _Mutation_createBusiness(ctx context.Context, field graphql.CollectedField) (ret graphql.Marshaler) {
@@ -9965,6 +10914,29 @@ func (ec *executionContext) _Receipt_amount(ctx context.Context, field graphql.C
 }
 func (ec *executionContext) fieldContext_Receipt_amount(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
 	return graphql.NewScalarFieldContext("Receipt", field, false, false, errors.New("field of type Decimal does not have child fields"))
+}
+
+func (ec *executionContext) _ReplayResult_queued(ctx context.Context, field graphql.CollectedField, obj *model.ReplayResult) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_ReplayResult_queued(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.Queued, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v int) graphql.Marshaler {
+			return ec.marshalNInt2int(ctx, selections, v)
+		},
+		true,
+		true,
+	)
+}
+func (ec *executionContext) fieldContext_ReplayResult_queued(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("ReplayResult", field, false, false, errors.New("field of type Int does not have child fields"))
 }
 
 func (ec *executionContext) _Settlement_status(ctx context.Context, field graphql.CollectedField, obj *payment.Settlement) (ret graphql.Marshaler) {
@@ -15346,6 +16318,43 @@ func (ec *executionContext) unmarshalInputBusinessWhereInput(ctx context.Context
 	return it, nil
 }
 
+func (ec *executionContext) unmarshalInputCreateApiKeyInput(ctx context.Context, obj any) (apikey.CreateInput, error) {
+	var it apikey.CreateInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"name", "scopes"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "name":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("name"))
+			data, err := ec.unmarshalNString2ᚖstring(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Name = data
+		case "scopes":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("scopes"))
+			data, err := ec.unmarshalNString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Scopes = data
+		}
+	}
+	return it, nil
+}
+
 func (ec *executionContext) unmarshalInputCreateBusinessInput(ctx context.Context, obj any) (business.CreateInput, error) {
 	var it business.CreateInput
 	if obj == nil {
@@ -15907,6 +16916,50 @@ func (ec *executionContext) unmarshalInputRedeemVoucherInput(ctx context.Context
 				return it, err
 			}
 			it.PayeeInfo = data
+		}
+	}
+	return it, nil
+}
+
+func (ec *executionContext) unmarshalInputReplayInput(ctx context.Context, obj any) (model.ReplayInput, error) {
+	var it model.ReplayInput
+	if obj == nil {
+		return it, nil
+	}
+
+	asMap := map[string]any{}
+	for k, v := range obj.(map[string]any) {
+		asMap[k] = v
+	}
+
+	fieldsInOrder := [...]string{"since", "until", "types"}
+	for _, k := range fieldsInOrder {
+		v, ok := asMap[k]
+		if !ok {
+			continue
+		}
+		switch k {
+		case "since":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("since"))
+			data, err := ec.unmarshalNTime2timeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Since = data
+		case "until":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("until"))
+			data, err := ec.unmarshalOTime2ᚖtimeᚐTime(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Until = data
+		case "types":
+			ctx := graphql.WithPathContext(ctx, graphql.NewPathWithField("types"))
+			data, err := ec.unmarshalOString2ᚕstringᚄ(ctx, v)
+			if err != nil {
+				return it, err
+			}
+			it.Types = data
 		}
 	}
 	return it, nil
@@ -18546,6 +19599,125 @@ func (ec *executionContext) _Account(ctx context.Context, sel ast.SelectionSet, 
 	return out
 }
 
+var apiKeyImplementors = []string{"ApiKey"}
+
+func (ec *executionContext) _ApiKey(ctx context.Context, sel ast.SelectionSet, obj *ent.APIKey) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, apiKeyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ApiKey")
+		case "id":
+			out.Values[i] = ec._ApiKey_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._ApiKey_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "scopes":
+			out.Values[i] = ec._ApiKey_scopes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._ApiKey_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lastUsedAt":
+			out.Values[i] = ec._ApiKey_lastUsedAt(ctx, field, obj)
+		case "revokedAt":
+			out.Values[i] = ec._ApiKey_revokedAt(ctx, field, obj)
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var apiKeyWithKeyImplementors = []string{"ApiKeyWithKey"}
+
+func (ec *executionContext) _ApiKeyWithKey(ctx context.Context, sel ast.SelectionSet, obj *apikey.WithKey) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, apiKeyWithKeyImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ApiKeyWithKey")
+		case "id":
+			out.Values[i] = ec._ApiKeyWithKey_id(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "name":
+			out.Values[i] = ec._ApiKeyWithKey_name(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "scopes":
+			out.Values[i] = ec._ApiKeyWithKey_scopes(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "createdAt":
+			out.Values[i] = ec._ApiKeyWithKey_createdAt(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "lastUsedAt":
+			out.Values[i] = ec._ApiKeyWithKey_lastUsedAt(ctx, field, obj)
+		case "key":
+			out.Values[i] = ec._ApiKeyWithKey_key(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
 var authResultImplementors = []string{"AuthResult"}
 
 func (ec *executionContext) _AuthResult(ctx context.Context, sel ast.SelectionSet, obj *identity.Result) graphql.Marshaler {
@@ -18749,6 +19921,78 @@ func (ec *executionContext) _Business(ctx context.Context, sel ast.SelectionSet,
 					}
 				}()
 				res = ec._Business_widgets(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "apiKeys":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Business_apiKeys(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
+		case "events":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Business_events(ctx, field, obj)
 				if res == graphql.Null {
 					atomic.AddUint32(&fs.Invalids, 1)
 				}
@@ -19391,33 +20635,69 @@ func (ec *executionContext) _Event(ctx context.Context, sel ast.SelectionSet, ob
 		case "id":
 			out.Values[i] = ec._Event_id(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "businessId":
 			out.Values[i] = ec._Event_businessId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "voucherId":
 			out.Values[i] = ec._Event_voucherId(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "voucherVersion":
 			out.Values[i] = ec._Event_voucherVersion(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "type":
 			out.Values[i] = ec._Event_type(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
 		case "createdAt":
 			out.Values[i] = ec._Event_createdAt(ctx, field, obj)
 			if out.Values[i] == graphql.Null {
-				out.Invalids++
+				atomic.AddUint32(&out.Invalids, 1)
 			}
+		case "data":
+			field := field
+
+			innerFunc := func(ctx context.Context, fs *graphql.FieldSet) (res graphql.Marshaler) {
+				defer func() {
+					if r := recover(); r != nil {
+						ec.Error(ctx, ec.Recover(ctx, r))
+					}
+				}()
+				res = ec._Event_data(ctx, field, obj)
+				if res == graphql.Null {
+					atomic.AddUint32(&fs.Invalids, 1)
+				}
+				return res
+			}
+
+			if field.Deferrable != nil {
+				dfs, ok := deferred[field.Deferrable.Label]
+				di := 0
+				if ok {
+					dfs.AddField(field)
+					di = len(dfs.Values) - 1
+				} else {
+					dfs = graphql.NewFieldSet([]graphql.CollectedField{field})
+					deferred[field.Deferrable.Label] = dfs
+				}
+				dfs.Concurrently(di, func(ctx context.Context) graphql.Marshaler {
+					return innerFunc(ctx, dfs)
+				})
+
+				// don't run the out.Concurrently() call below
+				out.Values[i] = graphql.Null
+				continue
+			}
+
+			out.Concurrently(i, func(ctx context.Context) graphql.Marshaler { return innerFunc(ctx, out) })
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -19516,6 +20796,27 @@ func (ec *executionContext) _Mutation(ctx context.Context, sel ast.SelectionSet)
 		switch field.Name {
 		case "__typename":
 			out.Values[i] = graphql.MarshalString("Mutation")
+		case "createApiKey":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_createApiKey(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "revokeApiKey":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_revokeApiKey(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
+		case "replay":
+			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
+				return ec._Mutation_replay(ctx, field)
+			})
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		case "createBusiness":
 			out.Values[i] = ec.OperationContext.RootResolverMiddleware(innerCtx, func(ctx context.Context) (res graphql.Marshaler) {
 				return ec._Mutation_createBusiness(ctx, field)
@@ -20386,6 +21687,45 @@ func (ec *executionContext) _Receipt(ctx context.Context, sel ast.SelectionSet, 
 			out.Values[i] = ec._Receipt_transactionHash(ctx, field, obj)
 		case "amount":
 			out.Values[i] = ec._Receipt_amount(ctx, field, obj)
+		default:
+			panic("unknown field " + strconv.Quote(field.Name))
+		}
+	}
+	out.Dispatch(ctx)
+	if out.Invalids > 0 {
+		return graphql.Null
+	}
+
+	atomic.AddInt32(&ec.Deferred, int32(min(len(deferred), math.MaxInt32)))
+
+	for label, dfs := range deferred {
+		ec.ProcessDeferredGroup(graphql.DeferredGroup{
+			Label:    label,
+			Path:     graphql.GetPath(ctx),
+			FieldSet: dfs,
+			Context:  ctx,
+		})
+	}
+
+	return out
+}
+
+var replayResultImplementors = []string{"ReplayResult"}
+
+func (ec *executionContext) _ReplayResult(ctx context.Context, sel ast.SelectionSet, obj *model.ReplayResult) graphql.Marshaler {
+	fields := graphql.CollectFields(ec.OperationContext, sel, replayResultImplementors)
+
+	out := graphql.NewFieldSet(fields)
+	deferred := make(map[string]*graphql.FieldSet)
+	for i, field := range fields {
+		switch field.Name {
+		case "__typename":
+			out.Values[i] = graphql.MarshalString("ReplayResult")
+		case "queued":
+			out.Values[i] = ec._ReplayResult_queued(ctx, field, obj)
+			if out.Values[i] == graphql.Null {
+				out.Invalids++
+			}
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}
@@ -22271,6 +23611,50 @@ func (ec *executionContext) unmarshalNAddBusinessUserInput2githubᚗcomᚋvouche
 	return res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) marshalNApiKey2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v ent.APIKey) graphql.Marshaler {
+	return ec._ApiKey(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNApiKey2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKeyᚄ(ctx context.Context, sel ast.SelectionSet, v []ent.APIKey) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNApiKey2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKey(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
+}
+
+func (ec *executionContext) marshalNApiKey2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐAPIKey(ctx context.Context, sel ast.SelectionSet, v *ent.APIKey) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ApiKey(ctx, sel, v)
+}
+
+func (ec *executionContext) marshalNApiKeyWithKey2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapikeyᚐWithKey(ctx context.Context, sel ast.SelectionSet, v apikey.WithKey) graphql.Marshaler {
+	return ec._ApiKeyWithKey(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNApiKeyWithKey2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapikeyᚐWithKey(ctx context.Context, sel ast.SelectionSet, v *apikey.WithKey) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ApiKeyWithKey(ctx, sel, v)
+}
+
 func (ec *executionContext) marshalNAuthResult2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋidentityᚐResult(ctx context.Context, sel ast.SelectionSet, v identity.Result) graphql.Marshaler {
 	return ec._AuthResult(ctx, sel, &v)
 }
@@ -22481,6 +23865,11 @@ func (ec *executionContext) unmarshalNBusinessWhereInput2ᚖgithubᚗcomᚋvouch
 	return &res, graphql.ErrorOnPath(ctx, err)
 }
 
+func (ec *executionContext) unmarshalNCreateApiKeyInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋapikeyᚐCreateInput(ctx context.Context, v any) (apikey.CreateInput, error) {
+	res, err := ec.unmarshalInputCreateApiKeyInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
 func (ec *executionContext) unmarshalNCreateBusinessInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋbusinessᚐCreateInput(ctx context.Context, v any) (business.CreateInput, error) {
 	res, err := ec.unmarshalInputCreateBusinessInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
@@ -22590,6 +23979,26 @@ func (ec *executionContext) marshalNDeviceOrderField2ᚖgithubᚗcomᚋvoucherd�
 		return graphql.Null
 	}
 	return v
+}
+
+func (ec *executionContext) marshalNEvent2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐEvent(ctx context.Context, sel ast.SelectionSet, v ent.Event) graphql.Marshaler {
+	return ec._Event(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNEvent2ᚕgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐEventᚄ(ctx context.Context, sel ast.SelectionSet, v []ent.Event) graphql.Marshaler {
+	ret := graphql.MarshalSliceConcurrently(ctx, len(v), 0, false, func(ctx context.Context, i int) graphql.Marshaler {
+		fc := graphql.GetFieldContext(ctx)
+		fc.Result = &v[i]
+		return ec.marshalNEvent2githubᚗcomᚋvoucherdᚋvoucherdᚋentᚐEvent(ctx, sel, v[i])
+	})
+
+	for _, e := range ret {
+		if e == graphql.Null {
+			return graphql.Null
+		}
+	}
+
+	return ret
 }
 
 func (ec *executionContext) unmarshalNEventOrderField2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋentᚐEventOrderField(ctx context.Context, v any) (*ent.EventOrderField, error) {
@@ -22815,6 +24224,25 @@ func (ec *executionContext) unmarshalNReceiptInput2ᚕgithubᚗcomᚋvoucherdᚋ
 func (ec *executionContext) unmarshalNRedeemVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐRedeemInput(ctx context.Context, v any) (voucher.RedeemInput, error) {
 	res, err := ec.unmarshalInputRedeemVoucherInput(ctx, v)
 	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) unmarshalNReplayInput2githubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐReplayInput(ctx context.Context, v any) (model.ReplayInput, error) {
+	res, err := ec.unmarshalInputReplayInput(ctx, v)
+	return res, graphql.ErrorOnPath(ctx, err)
+}
+
+func (ec *executionContext) marshalNReplayResult2githubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐReplayResult(ctx context.Context, sel ast.SelectionSet, v model.ReplayResult) graphql.Marshaler {
+	return ec._ReplayResult(ctx, sel, &v)
+}
+
+func (ec *executionContext) marshalNReplayResult2ᚖgithubᚗcomᚋvoucherdᚋvoucherdᚋgraphᚋmodelᚐReplayResult(ctx context.Context, sel ast.SelectionSet, v *model.ReplayResult) graphql.Marshaler {
+	if v == nil {
+		if !graphql.HasFieldError(ctx, graphql.GetFieldContext(ctx)) {
+			graphql.AddErrorf(ctx, "the requested element is null which the schema does not allow")
+		}
+		return graphql.Null
+	}
+	return ec._ReplayResult(ctx, sel, v)
 }
 
 func (ec *executionContext) unmarshalNReserveVoucherInput2githubᚗcomᚋvoucherdᚋvoucherdᚋinternalᚋvoucherᚐReserveInput(ctx context.Context, v any) (voucher.ReserveInput, error) {

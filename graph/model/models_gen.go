@@ -15,5 +15,21 @@ type RateSource struct {
 	UpdatedAt time.Time `json:"updatedAt"`
 }
 
+// Body of POST .../webhook-endpoints/:endpointId/replay (REST takes the times as unix milliseconds).
+type ReplayInput struct {
+	// events created after this
+	Since time.Time `json:"since"`
+	// events created before this; now when absent
+	Until *time.Time `json:"until,omitempty"`
+	// only these of the endpoint's event types; all of them when absent
+	Types []string `json:"types,omitempty"`
+}
+
+// The answer of replay.
+type ReplayResult struct {
+	// how many deliveries were queued (at most 10,000)
+	Queued int `json:"queued"`
+}
+
 type Subscription struct {
 }

@@ -22,7 +22,42 @@ const (
 	// KindResource is a payee signed in with a payer's context code; its
 	// subject is the voucher session (id prefix ses_).
 	KindResource Kind = "resource"
+	// KindAPIKey is a business's server holding an API key (vsk_…); its
+	// subject is the key's id (bak_), never the key.
+	KindAPIKey Kind = "apikey"
 )
+
+// Scope is a power an API key grants: a key reaches an operation only when
+// the operation names a scope (internal/operation) and the key holds it.
+type Scope string
+
+// The scopes a key may hold.
+const (
+	ScopeVouchersRead   Scope = "vouchers:read"
+	ScopeCheckoutsWrite Scope = "checkouts:write"
+	ScopeWidgetsRead    Scope = "widgets:read"
+	ScopeWidgetsWrite   Scope = "widgets:write"
+	ScopeWebhooksRead   Scope = "webhooks:read"
+	ScopeWebhooksWrite  Scope = "webhooks:write"
+	ScopeEventsRead     Scope = "events:read"
+	ScopeBusinessRead   Scope = "business:read"
+)
+
+// Scopes lists every scope, in the order the docs give them.
+var Scopes = []Scope{
+	ScopeVouchersRead, ScopeCheckoutsWrite, ScopeWidgetsRead, ScopeWidgetsWrite,
+	ScopeWebhooksRead, ScopeWebhooksWrite, ScopeEventsRead, ScopeBusinessRead,
+}
+
+// ValidScope reports whether s names a scope.
+func ValidScope(s string) bool {
+	for _, sc := range Scopes {
+		if string(sc) == s {
+			return true
+		}
+	}
+	return false
+}
 
 // Principal is the authenticated caller.
 type Principal struct {
@@ -32,6 +67,26 @@ type Principal struct {
 	// TokenID is the token's jti, for logs and revocation; never the token.
 	TokenID   string
 	ExpiresAt time.Time
+	// BusinessID and Scopes are an API key's (KindAPIKey): the one
+	// business it acts for and what it may do there.
+	BusinessID string
+	Scopes     []Scope
+}
+
+// IsAPIKey reports whether the caller is a business's API key.
+func (p *Principal) IsAPIKey() bool { return p != nil && p.Kind == KindAPIKey }
+
+// HasScope reports whether the caller is an API key holding s.
+func (p *Principal) HasScope(s Scope) bool {
+	if !p.IsAPIKey() {
+		return false
+	}
+	for _, have := range p.Scopes {
+		if have == s {
+			return true
+		}
+	}
+	return false
 }
 
 // IsRegistered reports whether the caller is a registered user or device.

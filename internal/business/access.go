@@ -10,6 +10,7 @@ import (
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/operation"
 )
 
@@ -29,12 +30,37 @@ func MayFollow(ctx context.Context, c *ent.Client, businessID string) error {
 // membership when the caller is an ACTIVE member of it; not_found
 // otherwise. Every service acting for a business starts with it (or
 // Manager).
+//
+// A business's API key, once its scope admitted it to op, stands as an
+// ADMIN member of its own business: what it may do there at all is the
+// operation's scope (operation.Authorize), and the operations no scope
+// names (members, API keys, the business's settings) are never open to a
+// key. A key of another business gets not_found.
 func Member(ctx context.Context, c *ent.Client, op *operation.Op, businessID string) (*ent.Business, *ent.BusinessUser, error) {
 	p, err := operation.Caller(ctx, op)
 	if err != nil {
 		return nil, nil, err
 	}
+	if p.IsAPIKey() {
+		return keyStanding(ctx, c, p, businessID)
+	}
 	return Membership(ctx, c, businessID, p.ID)
+}
+
+// keyStanding is an API key's standing in businessID: an ADMIN of its own
+// business, a stranger to any other.
+func keyStanding(ctx context.Context, c *ent.Client, p *auth.Principal, businessID string) (*ent.Business, *ent.BusinessUser, error) {
+	if p.BusinessID != businessID {
+		return nil, nil, apperr.New(apperr.NotFound, "business not found")
+	}
+	b, err := c.Business.Get(ctx, businessID)
+	if ent.IsNotFound(err) {
+		return nil, nil, apperr.New(apperr.NotFound, "business not found")
+	}
+	if err != nil {
+		return nil, nil, apperr.InternalError(err)
+	}
+	return b, &ent.BusinessUser{BusinessID: b.ID, Role: businessuser.RoleADMIN, Status: businessuser.StatusACTIVE}, nil
 }
 
 // Manager is Member plus the OWNER or ADMIN role (forbidden without it).

@@ -167,11 +167,7 @@ func (s *Service) ownQuery(userID string) *ent.BusinessQuery {
 // Get returns a business the caller is an ACTIVE member of; any other is
 // not_found.
 func (s *Service) Get(ctx context.Context, id string) (*ent.Business, error) {
-	p, err := operation.Caller(ctx, operation.GetBusiness)
-	if err != nil {
-		return nil, err
-	}
-	b, _, err := Membership(ctx, s.db.Client, id, p.ID)
+	b, _, err := Member(ctx, s.db.Client, operation.GetBusiness, id)
 	return b, err
 }
 

@@ -31,6 +31,8 @@ const (
 	// Checkout is the payer of a checkout voucher: whoever holds its
 	// checkout token (internal/widget).
 	Checkout = "chk_"
+	// APIKey is a business's API key (the key itself is vsk_…, never an id).
+	APIKey = "bak_"
 )
 
 // tables maps a prefix to the ent table holding that kind of node.

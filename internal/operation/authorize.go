@@ -7,15 +7,22 @@ import (
 )
 
 // Authorize is the one place a caller is admitted to an operation: every
-// door and every service reaches it (through Admit or Caller), and nothing
-// else judges a token against an operation. p is the caller, nil when the
+// door and every service reaches it (through Admit or Caller; GraphQL's
+// nested fields that read for an operation through graph's keyScopes),
+// and nothing else judges a token against an operation. p is the caller, nil when the
 // request carries no token. It returns nil, an unauthorized error (no
 // token) or a forbidden one (a token the operation does not admit).
 //
 // What depends on the data (the payee only, an ACTIVE member, an OWNER or
 // ADMIN) is the domain's rule, applied after this by the service that
 // loads the data.
+//
+// A business's API key is admitted by its scopes instead (AdmitKey): to
+// an open operation, or to one whose scope it holds.
 func Authorize(op *Op, p *auth.Principal) error {
+	if p.IsAPIKey() {
+		return AdmitKey(op, p)
+	}
 	return op.Guard.Err(p)
 }
 

@@ -36,6 +36,14 @@ type Op struct {
 	// GraphQL is the root field ("Query.x", "Mutation.x",
 	// "Subscription.x"), "" when the operation has no GraphQL field.
 	GraphQL string
+	// Fields are nested GraphQL fields ("Business.x") that read what the
+	// operation reads, so an API key reaches them exactly as it reaches
+	// the operation.
+	Fields []string
+	// Scope is the API key scope that opens the operation to a business's
+	// key; "" closes it to every key (an open operation stays open).
+	// AdmitKey is the one check of it.
+	Scope auth.Scope
 }
 
 // Budget names the rate-limit budget the operation spends: its REST route
@@ -81,46 +89,64 @@ var (
 	ListBusinesses = declare(&Op{Name: "businesses", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "GET /api/v1/businesses/{$}", Aliases: []string{"GET /api/v1/businesses"}, GraphQL: "Query.businesses"})
 	GetBusiness = declare(&Op{Name: "business", Guard: auth.GuardUser, Group: ratelimit.Businesses,
-		REST: "GET /api/v1/businesses/{businessId}", GraphQL: "Query.business"})
+		REST: "GET /api/v1/businesses/{businessId}", GraphQL: "Query.business", Scope: auth.ScopeBusinessRead})
 	UpdateBusiness = declare(&Op{Name: "updateBusiness", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "POST /api/v1/businesses/{businessId}/update-business", GraphQL: "Mutation.updateBusiness"})
 	UpdateBusinessStatus = declare(&Op{Name: "updateBusinessStatus", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "POST /api/v1/businesses/{businessId}/update-status", GraphQL: "Mutation.updateBusinessStatus"})
 	ListBusinessUsers = declare(&Op{Name: "listBusinessUsers", Guard: auth.GuardUser, Group: ratelimit.Businesses,
-		REST: "GET /api/v1/businesses/{businessId}/users"})
+		REST:   "GET /api/v1/businesses/{businessId}/users",
+		Fields: []string{"Business.members"}})
 	AddBusinessUser = declare(&Op{Name: "addBusinessUser", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "POST /api/v1/businesses/{businessId}/users/add-user", GraphQL: "Mutation.addBusinessUser"})
 	UpdateBusinessUserStatus = declare(&Op{Name: "updateBusinessUserStatus", Guard: auth.GuardUser, Group: ratelimit.Businesses,
 		REST: "POST /api/v1/businesses/{businessId}/users/{businessUserId}/update-status", GraphQL: "Mutation.updateBusinessUserStatus"})
 
+	// A business's API keys: OWNER/ADMIN create and revoke, members list
+	// (Business.apiKeys on GraphQL); never open to a key.
+	CreateAPIKey = declare(&Op{Name: "createApiKey", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST: "POST /api/v1/businesses/{businessId}/api-keys/create-api-key", GraphQL: "Mutation.createApiKey"})
+	ListAPIKeys = declare(&Op{Name: "listApiKeys", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST:   "GET /api/v1/businesses/{businessId}/api-keys",
+		Fields: []string{"Business.apiKeys"}})
+	RevokeAPIKey = declare(&Op{Name: "revokeApiKey", Guard: auth.GuardUser, Group: ratelimit.Businesses,
+		REST: "POST /api/v1/businesses/{businessId}/api-keys/{keyId}/revoke-api-key", GraphQL: "Mutation.revokeApiKey"})
+
 	// Webhook endpoints and deliveries.
 	CreateEndpoint = declare(&Op{Name: "createEndpoint", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/create-endpoint", GraphQL: "Mutation.createEndpoint"})
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/create-endpoint", GraphQL: "Mutation.createEndpoint", Scope: auth.ScopeWebhooksWrite})
 	ListEndpoints = declare(&Op{Name: "listEndpoints", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "GET /api/v1/businesses/{businessId}/webhook-endpoints"})
+		REST:   "GET /api/v1/businesses/{businessId}/webhook-endpoints",
+		Fields: []string{"Business.webhookEndpoints"}, Scope: auth.ScopeWebhooksRead})
 	GetEndpoint = declare(&Op{Name: "getEndpoint", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "GET /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}"})
+		REST: "GET /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}", Scope: auth.ScopeWebhooksRead})
 	UpdateEndpoint = declare(&Op{Name: "updateEndpoint", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/update-endpoint", GraphQL: "Mutation.updateEndpoint"})
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/update-endpoint", GraphQL: "Mutation.updateEndpoint", Scope: auth.ScopeWebhooksWrite})
 	DeleteEndpoint = declare(&Op{Name: "deleteEndpoint", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/delete-endpoint", GraphQL: "Mutation.deleteEndpoint"})
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/delete-endpoint", GraphQL: "Mutation.deleteEndpoint", Scope: auth.ScopeWebhooksWrite})
 	RotateSecret = declare(&Op{Name: "rotateSecret", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/rotate-secret", GraphQL: "Mutation.rotateSecret"})
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/rotate-secret", GraphQL: "Mutation.rotateSecret", Scope: auth.ScopeWebhooksWrite})
 	ListDeliveries = declare(&Op{Name: "webhookDeliveries", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "GET /api/v1/businesses/{businessId}/webhook-deliveries", GraphQL: "Query.webhookDeliveries"})
+		REST: "GET /api/v1/businesses/{businessId}/webhook-deliveries", GraphQL: "Query.webhookDeliveries", Scope: auth.ScopeWebhooksRead})
 	GetDelivery = declare(&Op{Name: "getDelivery", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "GET /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}"})
+		REST: "GET /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}", Scope: auth.ScopeWebhooksRead})
 	RetryDelivery = declare(&Op{Name: "retryDelivery", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
-		REST: "POST /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}/retry-delivery", GraphQL: "Mutation.retryDelivery"})
+		REST: "POST /api/v1/businesses/{businessId}/webhook-deliveries/{deliveryId}/retry-delivery", GraphQL: "Mutation.retryDelivery", Scope: auth.ScopeWebhooksWrite})
+	// The event log (Business.events on GraphQL) and its replay to an endpoint.
+	ListEvents = declare(&Op{Name: "listEvents", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
+		REST:   "GET /api/v1/businesses/{businessId}/events",
+		Fields: []string{"Business.events"}, Scope: auth.ScopeEventsRead})
+	Replay = declare(&Op{Name: "replay", Guard: auth.GuardUser, Group: ratelimit.Webhooks,
+		REST: "POST /api/v1/businesses/{businessId}/webhook-endpoints/{endpointId}/replay", GraphQL: "Mutation.replay", Scope: auth.ScopeWebhooksWrite})
 
 	// Vouchers. interop-init submits a payer's signature: a voucher write,
 	// like the spec's "sign".
 	ReserveVoucher = declare(&Op{Name: "reserveVoucher", Guard: auth.GuardAny, Group: ratelimit.VouchersWrite,
 		REST: "POST /api/v1/vouchers/reserve-voucher", GraphQL: "Mutation.reserveVoucher"})
 	QueryVouchers = declare(&Op{Name: "vouchers", Guard: auth.GuardAny, Group: ratelimit.VouchersRead,
-		REST: "GET /api/v1/vouchers", GraphQL: "Query.vouchers"})
+		REST: "GET /api/v1/vouchers", GraphQL: "Query.vouchers", Scope: auth.ScopeVouchersRead})
 	GetVoucher = declare(&Op{Name: "voucher", Guard: auth.GuardAny, Group: ratelimit.VouchersRead,
-		REST: "GET /api/v1/vouchers/{voucherId}", GraphQL: "Query.voucher"})
+		REST: "GET /api/v1/vouchers/{voucherId}", GraphQL: "Query.voucher", Scope: auth.ScopeVouchersRead})
 	RedeemVoucher = declare(&Op{Name: "redeemVoucher", Guard: auth.GuardAny, Group: ratelimit.VouchersWrite,
 		REST: "POST /api/v1/vouchers/{voucherId}/redeem-voucher", GraphQL: "Mutation.redeemVoucher"})
 	NegotiateVoucher = declare(&Op{Name: "negotiateVoucher", Guard: auth.GuardAny, Group: ratelimit.Negotiate,
@@ -148,21 +174,22 @@ var (
 	// token, and the checkout routes the checkout token (the handlers check
 	// both; their budget is counted per widget or per checkout).
 	CreateWidget = declare(&Op{Name: "createWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "POST /api/v1/businesses/{businessId}/widgets/create-widget", GraphQL: "Mutation.createWidget"})
+		REST: "POST /api/v1/businesses/{businessId}/widgets/create-widget", GraphQL: "Mutation.createWidget", Scope: auth.ScopeWidgetsWrite})
 	ListWidgets = declare(&Op{Name: "listWidgets", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "GET /api/v1/businesses/{businessId}/widgets"})
+		REST:   "GET /api/v1/businesses/{businessId}/widgets",
+		Fields: []string{"Business.widgets"}, Scope: auth.ScopeWidgetsRead})
 	GetWidget = declare(&Op{Name: "getWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "GET /api/v1/businesses/{businessId}/widgets/{widgetId}"})
+		REST: "GET /api/v1/businesses/{businessId}/widgets/{widgetId}", Scope: auth.ScopeWidgetsRead})
 	UpdateWidget = declare(&Op{Name: "updateWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/update-widget", GraphQL: "Mutation.updateWidget"})
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/update-widget", GraphQL: "Mutation.updateWidget", Scope: auth.ScopeWidgetsWrite})
 	RotateWidgetSecret = declare(&Op{Name: "rotateWidgetSecret", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/rotate-secret", GraphQL: "Mutation.rotateWidgetSecret"})
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/rotate-secret", GraphQL: "Mutation.rotateWidgetSecret", Scope: auth.ScopeWidgetsWrite})
 	DeleteWidget = declare(&Op{Name: "deleteWidget", Guard: auth.GuardUser, Group: ratelimit.Widgets,
-		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/delete-widget", GraphQL: "Mutation.deleteWidget"})
+		REST: "POST /api/v1/businesses/{businessId}/widgets/{widgetId}/delete-widget", GraphQL: "Mutation.deleteWidget", Scope: auth.ScopeWidgetsWrite})
 	WidgetConfig = declare(&Op{Name: "widgetConfig", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
-		REST: "GET /api/v1/widgets/{widgetId}/config"})
+		REST: "GET /api/v1/widgets/{widgetId}/config", Scope: auth.ScopeWidgetsRead})
 	CreateCheckout = declare(&Op{Name: "createCheckout", Guard: auth.GuardWidgetClient, Group: ratelimit.WidgetsPublic,
-		REST: "POST /api/v1/widgets/{widgetId}/create-checkout"})
+		REST: "POST /api/v1/widgets/{widgetId}/create-checkout", Scope: auth.ScopeCheckoutsWrite})
 	GetCheckout = declare(&Op{Name: "getCheckout", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
 		REST: "GET /api/v1/checkout/{token}"})
 	SubmitPayment = declare(&Op{Name: "submitPayment", Guard: auth.GuardOpen, Group: ratelimit.WidgetsPublic,
@@ -200,7 +227,7 @@ func declare(o *Op) *Op {
 // All returns every operation, in table order.
 func All() []*Op { return append([]*Op(nil), table...) }
 
-var byField = map[string]*Op{}
+var byField, byNested = map[string]*Op{}, map[string]*Op{}
 
 // init runs after every declare above.
 func init() {
@@ -208,7 +235,17 @@ func init() {
 		if o.GraphQL != "" {
 			byField[o.GraphQL] = o
 		}
+		for _, f := range o.Fields {
+			byNested[f] = o
+		}
 	}
+}
+
+// ByNestedField returns the operation whose reads a nested GraphQL field
+// ("Business.x") makes.
+func ByNestedField(field string) (*Op, bool) {
+	o, ok := byNested[field]
+	return o, ok
 }
 
 // ByField returns the operation of a GraphQL root field ("Query.x").

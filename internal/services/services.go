@@ -5,6 +5,7 @@
 package services
 
 import (
+	"github.com/voucherd/voucherd/internal/apikey"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/identity"
@@ -30,4 +31,6 @@ type Services struct {
 	Finance *finance.Service
 	// Widgets owns widgets and their public checkout operations.
 	Widgets *widget.Service
+	// APIKeys owns a business's API keys and proves them.
+	APIKeys *apikey.Service
 }

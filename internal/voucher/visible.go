@@ -23,6 +23,10 @@ func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
 	if err != nil {
 		return nil, err
 	}
+	if p.IsAPIKey() {
+		// A business's key sees its business's vouchers, and nothing else.
+		return s.db.Voucher.Query().Where(entvoucher.BusinessID(p.BusinessID)), nil
+	}
 	who := []predicate.Voucher{entvoucher.PayeeID(p.ID), entvoucher.PayerID(p.ID)}
 	if p.Kind == auth.KindUser {
 		// Roles bound by membership (rolesIn): the payee of a business

@@ -32,7 +32,7 @@ var (
 // authorize decides whether the caller may use widget id's public
 // operations: with clientSecret (the X-Client-Secret header, "" when
 // absent) that must be the widget's, else with the bearer token of an
-// ACTIVE member of its business. A wrong or missing secret is
+// ACTIVE member of its business or an API key of it. A wrong or missing secret is
 // unauthorized; another widget's secret is not_found (it authenticates, but
 // not for this widget), as is a token of someone who is no member.
 func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.Widget, error) {
@@ -61,7 +61,7 @@ func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.
 	if p == nil {
 		return nil, errUnauthorized
 	}
-	if p.Kind != auth.KindUser {
+	if p.Kind != auth.KindUser && !p.IsAPIKey() {
 		return nil, errNotFound
 	}
 	w, err := s.db.Widget.Get(ctx, id)
@@ -70,6 +70,14 @@ func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.
 	}
 	if err != nil {
 		return nil, apperr.InternalError(err)
+	}
+	if p.IsAPIKey() {
+		// A key of the widget's business (its scope was checked with the
+		// operation's).
+		if w.BusinessID != p.BusinessID {
+			return nil, errNotFound
+		}
+		return w, nil
 	}
 	ok, err := s.db.BusinessUser.Query().Where(businessuser.BusinessID(w.BusinessID), businessuser.UserID(p.ID),
 		businessuser.StatusEQ(businessuser.StatusACTIVE)).Exist(ctx)
