@@ -189,7 +189,7 @@ func benchDetect(b *testing.B, dialect string) {
 	})
 	hooks := webhook.NewService(db, webhook.Options{Box: box, AllowPrivate: true, Dispatcher: disp})
 	if _, err := hooks.CreateEndpoint(as(e.member), e.biz.ID, webhook.CreateEndpointInput{
-		URL: url + "/hooks", Events: []string{webhook.DepositConfirmed},
+		URL: url + "/hooks", Events: []string{settlement.EventConfirmed},
 	}); err != nil {
 		b.Fatal(err)
 	}

@@ -409,7 +409,7 @@ func TestSweepOnSimulatedChain(t *testing.T) {
 			t.Fatalf("swept before the verdict: %+v", v.Deposit.Sweep)
 		}
 		w.blocks(required)
-		w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "2.5", webhook.DepositPending, webhook.DepositConfirmed)
+		w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "2.5", settlement.EventPending, settlement.EventConfirmed)
 		if v := w.read(t, c); v.Deposit.Sweep.Status != payment.SweepPending {
 			t.Fatalf("a verdict makes the sweep due: %+v", v.Deposit.Sweep)
 		}
@@ -445,7 +445,7 @@ func TestSweepOnSimulatedChain(t *testing.T) {
 		// swept again.
 		w.transfer(t, w.other, w.usdc, c.addr(), "1", 6)
 		w.blocks(required)
-		v = w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementOverpaid, "3.5", webhook.DepositPending, webhook.DepositConfirmed, webhook.DepositOverpaid)
+		v = w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementOverpaid, "3.5", settlement.EventPending, settlement.EventConfirmed, settlement.EventOverpaid)
 		if v.Deposit.Sweep.Status != payment.SweepPending {
 			t.Fatalf("a later payment makes a sweep due: %+v", v.Deposit.Sweep)
 		}
