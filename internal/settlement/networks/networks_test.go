@@ -2,10 +2,13 @@ package networks_test
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/ethereum/go-ethereum/crypto"
 
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/settlement/evm"
@@ -119,7 +122,7 @@ func TestDepositFactoryCheckedAtStart(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `network "local": depositFactory`) {
 			t.Fatalf("a depositFactory with no factory at %s: %v", bad, err)
 		}
-		if strings.Contains(strings.ToLower(err.Error()), strings.ToLower(fmt.Sprintf("%x", key.Key.D))) {
+		if strings.Contains(strings.ToLower(err.Error()), hex.EncodeToString(crypto.FromECDSA(key.Key))) {
 			t.Fatal("the sweep key in an error")
 		}
 	}
