@@ -140,8 +140,8 @@ type SettlementTransaction struct {
 	BlockNumber     *int64 `json:"blockNumber,omitempty"`
 	Confirmations   int    `json:"confirmations"`
 	Amount          string `json:"amount,omitempty"`
-	// Detected: found by the watcher paying the deposit address, no
-	// receipt named it. Late: mined after the voucher's expiresAt.
+	// Detected: found by the watcher paying the deposit address or
+	// naming the Solana Pay reference, no receipt named it. Late: mined after the voucher's expiresAt.
 	Detected bool `json:"detected,omitempty"`
 	Late     bool `json:"late,omitempty"`
 }
