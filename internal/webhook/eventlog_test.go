@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/ent/webhookdelivery"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/ids"
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
@@ -46,9 +47,9 @@ func (f *fixture) logEvents(t *testing.T, n int, typ string, start time.Time) []
 func TestReplayBound(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
 		f := newFixture(t, db, fixtureOptions{allowPrivate: true})
-		ep := f.endpoint(t, "http://127.0.0.1:9/hook", webhook.DepositConfirmed)
+		ep := f.endpoint(t, "http://127.0.0.1:9/hook", settlement.EventConfirmed)
 		start := time.Now().Add(-time.Hour).Truncate(time.Millisecond)
-		events := f.logEvents(t, webhook.MaxReplay+1, webhook.DepositConfirmed, start)
+		events := f.logEvents(t, webhook.MaxReplay+1, settlement.EventConfirmed, start)
 		f.logEvents(t, 50, webhook.DepositCreated, start) // not subscribed
 		since := start.Add(-time.Millisecond).UnixMilli()
 
@@ -68,7 +69,7 @@ func TestReplayBound(t *testing.T) {
 		ds := db.WebhookDelivery.Query().Where(webhookdelivery.EndpointID(ep.ID)).AllX(context.Background())
 		seen := map[string]bool{}
 		for _, d := range ds {
-			if d.EventType != webhook.DepositConfirmed || d.Status != webhookdelivery.StatusPENDING || seen[d.EventID] {
+			if d.EventType != settlement.EventConfirmed || d.Status != webhookdelivery.StatusPENDING || seen[d.EventID] {
 				t.Fatalf("delivery %+v", d)
 			}
 			seen[d.EventID] = true
@@ -87,11 +88,11 @@ func TestReplayBound(t *testing.T) {
 func TestReplayRules(t *testing.T) {
 	eachDB(t, func(t *testing.T, db *storage.DB) {
 		f := newFixture(t, db, fixtureOptions{allowPrivate: true})
-		ep := f.endpoint(t, "http://127.0.0.1:9/hook", webhook.DepositCreated, webhook.DepositConfirmed)
+		ep := f.endpoint(t, "http://127.0.0.1:9/hook", webhook.DepositCreated, settlement.EventConfirmed)
 		start := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 		f.logEvents(t, 3, webhook.DepositCreated, start)
-		f.logEvents(t, 2, webhook.DepositConfirmed, start)
-		f.logEvents(t, 4, webhook.DepositFailed, start)
+		f.logEvents(t, 2, settlement.EventConfirmed, start)
+		f.logEvents(t, 4, settlement.EventFailed, start)
 		since := start.Add(-time.Millisecond).UnixMilli()
 		neg, early := int64(-1), since-1
 		for _, c := range []struct {
@@ -109,8 +110,8 @@ func TestReplayRules(t *testing.T) {
 			{"unknown type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{"deposit.nope"}}, apperr.ValidationFailed, 0},
 			{"repeated type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{webhook.DepositCreated, webhook.DepositCreated}}, apperr.ValidationFailed, 0},
 			{"all subscribed", f.admin, webhook.ReplayInput{Since: &since}, "", 5},
-			{"one type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{webhook.DepositConfirmed}}, "", 2},
-			{"unsubscribed type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{webhook.DepositFailed}}, "", 0},
+			{"one type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{settlement.EventConfirmed}}, "", 2},
+			{"unsubscribed type", f.owner, webhook.ReplayInput{Since: &since, Types: []string{settlement.EventFailed}}, "", 0},
 		} {
 			n, err := f.svc.Replay(c.ctx, f.biz.ID, ep.ID, c.in)
 			if apperr.CodeOf(err) != c.code && !(c.code == "" && err == nil) || n != c.n {

@@ -1,4 +1,4 @@
-package webhook_test
+package main_test
 
 import (
 	"bytes"
@@ -8,8 +8,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
 // logged is an event log entry as REST answers it, data kept as sent.
@@ -46,7 +48,7 @@ func TestE2EEventLogAndReplay(t *testing.T) {
 			before := time.Now().Add(-time.Second).UnixMilli()
 			a, pa := w.deposit(t, "12.5")
 			w.resolve(t, a, pa, "12.5")
-			first := w.waitTypes(t, a, webhook.DepositCreated, webhook.DepositPending, webhook.DepositConfirmed)
+			first := w.waitTypes(t, a, webhook.DepositCreated, settlement.EventPending, settlement.EventConfirmed)
 			b, _ := w.deposit(t, "3")
 			w.waitTypes(t, b, webhook.DepositCreated)
 			delivered := map[string][]byte{}
@@ -135,7 +137,7 @@ func TestE2EEventLogAndReplay(t *testing.T) {
 				t.Fatalf("rotate-secret: %d %s", r.Status, r.Body)
 			}
 			secret := r.Map(t)["signingSecret"].(string)
-			r = w.srv.Do(t, "POST", endpoint+"/replay", w.owner.Token, map[string]any{"since": before, "types": []string{webhook.DepositConfirmed, webhook.DepositPending}})
+			r = w.srv.Do(t, "POST", endpoint+"/replay", w.owner.Token, map[string]any{"since": before, "types": []string{settlement.EventConfirmed, settlement.EventPending}})
 			if r.Status != 200 || r.Map(t)["queued"].(float64) != 2 {
 				t.Fatalf("replay: %d %s", r.Status, r.Body)
 			}
@@ -145,7 +147,7 @@ func TestE2EEventLogAndReplay(t *testing.T) {
 				}
 				id := d.header.Get("webhook-id")
 				var again []delivery
-				eventually(t, 15*time.Second, "replayed "+id, func() bool { again = w.rcv.byID(id); return len(again) == 2 })
+				testserver.Eventually(t, 15*time.Second, "replayed "+id, func() bool { again = w.rcv.byID(id); return len(again) == 2 })
 				if !bytes.Equal(again[1].body, d.body) {
 					t.Fatalf("replayed body differs:\n%s\n%s", again[1].body, d.body)
 				}
@@ -170,7 +172,7 @@ func TestE2EEventLogAndReplay(t *testing.T) {
 			if err := g.Err(); err != nil || !strings.Contains(string(g.Data), `"queued":4`) {
 				t.Fatalf("GraphQL replay: %s %v", g.Data, err)
 			}
-			eventually(t, 15*time.Second, "10 requests", func() bool { return len(w.rcv.all()) == 10 })
+			testserver.Eventually(t, 15*time.Second, "10 requests", func() bool { return len(w.rcv.all()) == 10 })
 			for _, d := range w.rcv.all()[6:] {
 				verify(t, secret, d)
 			}

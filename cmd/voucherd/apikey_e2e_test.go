@@ -1,8 +1,8 @@
-package apikey_test
+package main_test
 
-// End-to-end tests: the real voucherd binary (testsupport/testserver), on
-// SQLite and PostgreSQL, used as a business's dashboard and its server
-// would use it.
+// API key end-to-end tests: the real voucherd binary
+// (testsupport/testserver), on SQLite and PostgreSQL, used as a business's
+// dashboard and its server would use it.
 
 import (
 	"encoding/json"
@@ -16,8 +16,6 @@ import (
 	"github.com/voucherd/voucherd/testsupport/testdb"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
-
-func TestMain(m *testing.M) { testdb.Main(m) }
 
 var keyShape = regexp.MustCompile(`^vsk_[A-Za-z0-9_-]{43}$`)
 
