@@ -107,6 +107,11 @@ bench: ensure-postgres
 ## bench-settlement: the settlement lines alone (internal/settlement's
 ## BenchmarkWatcher1000 on SQLite and PostgreSQL: 1,000 pending vouchers,
 ## RPC calls and CPU per new block, confirmation→deposit.confirmed delivered
-## p99, resolve p50 verified and not). See docs/settlement.md.
+## p99, resolve p50 verified and not) and, beside it, BenchmarkDetect1000:
+## 1,000 open deposit addresses, RPC calls and CPU per new block, payment
+## mined→pending p99, confirming block→deposit.confirmed delivered p99; then
+## cmd/voucherd's BenchmarkSweeps100: sweep transactions per 100 confirmed
+## checkouts on anvil. See docs/settlement.md.
 bench-settlement: ensure-postgres
-	$(GO) test ./internal/settlement -run '^$$' -bench Watcher1000 -benchtime 20x -timeout 30m
+	$(GO) test ./internal/settlement -run '^$$' -bench 'Watcher1000|Detect1000' -benchtime 20x -timeout 30m
+	$(GO) test ./cmd/voucherd -run '^$$' -bench Sweeps100 -benchtime 1x -timeout 15m

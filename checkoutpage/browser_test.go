@@ -194,13 +194,18 @@ func (h *hooks) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		Data struct {
 			VoucherID  string `json:"voucherId"`
 			PaidAmount string `json:"paidAmount"`
+			Late       bool   `json:"late"`
 		} `json:"data"`
 	}
 	h.mu.Lock()
 	if err := h.wh.Verify(body, r.Header); err != nil || json.Unmarshal(body, &p) != nil {
 		h.bad = append(h.bad, fmt.Sprintf("%v: %s", err, body))
 	} else {
-		h.got[p.Data.VoucherID] = append(h.got[p.Data.VoucherID], p.Type+" "+p.Data.PaidAmount)
+		e := p.Type + " " + p.Data.PaidAmount
+		if p.Data.Late {
+			e += " late"
+		}
+		h.got[p.Data.VoucherID] = append(h.got[p.Data.VoucherID], e)
 	}
 	h.mu.Unlock()
 	select {

@@ -1036,6 +1036,11 @@ func (_q *VoucherQuery) collectField(ctx context.Context, oneNode bool, opCtx *g
 				selectedFields = append(selectedFields, voucher.FieldDeposit)
 				fieldSeen[voucher.FieldDeposit] = struct{}{}
 			}
+		case "solanaPayReference":
+			if _, ok := fieldSeen[voucher.FieldSolanaPayReference]; !ok {
+				selectedFields = append(selectedFields, voucher.FieldSolanaPayReference)
+				fieldSeen[voucher.FieldSolanaPayReference] = struct{}{}
+			}
 		case "id":
 		case "__typename":
 		default:

@@ -7882,49 +7882,51 @@ func (m *UserMutation) ResetEdge(name string) error {
 // VoucherMutation represents an operation that mutates the Voucher nodes in the graph.
 type VoucherMutation struct {
 	config
-	op                  Op
-	typ                 string
-	id                  *string
-	created_at          *time.Time
-	updated_at          *time.Time
-	code                *string
-	live_code           *string
-	status              *voucher.Status
-	_type               *voucher.Type
-	version             *int
-	addversion          *int
-	payer_id            *string
-	payee_id            *string
-	expected_payment    **payment.Payment
-	supplied_payment    **payment.Payment
-	exchange_rate       *string
-	networks            *[]payment.Network
-	appendnetworks      []payment.Network
-	payments            *[]payment.CustomPayment
-	appendpayments      []payment.CustomPayment
-	extras              *[]json.RawMessage
-	appendextras        []json.RawMessage
-	payee_info          *json.RawMessage
-	appendpayee_info    json.RawMessage
-	receipts            *[]payment.Receipt
-	appendreceipts      []payment.Receipt
-	discard_reason      *string
-	widget_id           *string
-	reference           *string
-	checkout_token_hash *string
-	expires_at          *time.Time
-	settlement          **payment.Settlement
-	settlement_network  *string
-	deposit             **payment.Deposit
-	watch_network       *string
-	clearedFields       map[string]struct{}
-	session             *string
-	clearedsession      bool
-	business            *string
-	clearedbusiness     bool
-	done                bool
-	oldValue            func(context.Context) (*Voucher, error)
-	predicates          []predicate.Voucher
+	op                   Op
+	typ                  string
+	id                   *string
+	created_at           *time.Time
+	updated_at           *time.Time
+	code                 *string
+	live_code            *string
+	status               *voucher.Status
+	_type                *voucher.Type
+	version              *int
+	addversion           *int
+	payer_id             *string
+	payee_id             *string
+	expected_payment     **payment.Payment
+	supplied_payment     **payment.Payment
+	exchange_rate        *string
+	networks             *[]payment.Network
+	appendnetworks       []payment.Network
+	payments             *[]payment.CustomPayment
+	appendpayments       []payment.CustomPayment
+	extras               *[]json.RawMessage
+	appendextras         []json.RawMessage
+	payee_info           *json.RawMessage
+	appendpayee_info     json.RawMessage
+	receipts             *[]payment.Receipt
+	appendreceipts       []payment.Receipt
+	discard_reason       *string
+	widget_id            *string
+	reference            *string
+	checkout_token_hash  *string
+	expires_at           *time.Time
+	settlement           **payment.Settlement
+	settlement_network   *string
+	deposit              **payment.Deposit
+	watch_network        *string
+	sweep_network        *string
+	solana_pay_reference *string
+	clearedFields        map[string]struct{}
+	session              *string
+	clearedsession       bool
+	business             *string
+	clearedbusiness      bool
+	done                 bool
+	oldValue             func(context.Context) (*Voucher, error)
+	predicates           []predicate.Voucher
 }
 
 var _ ent.Mutation = (*VoucherMutation)(nil)
@@ -9386,6 +9388,104 @@ func (m *VoucherMutation) ResetWatchNetwork() {
 	delete(m.clearedFields, voucher.FieldWatchNetwork)
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (m *VoucherMutation) SetSweepNetwork(s string) {
+	m.sweep_network = &s
+}
+
+// SweepNetwork returns the value of the "sweep_network" field in the mutation.
+func (m *VoucherMutation) SweepNetwork() (r string, exists bool) {
+	v := m.sweep_network
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSweepNetwork returns the old "sweep_network" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldSweepNetwork(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSweepNetwork is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSweepNetwork requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSweepNetwork: %w", err)
+	}
+	return oldValue.SweepNetwork, nil
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (m *VoucherMutation) ClearSweepNetwork() {
+	m.sweep_network = nil
+	m.clearedFields[voucher.FieldSweepNetwork] = struct{}{}
+}
+
+// SweepNetworkCleared returns if the "sweep_network" field was cleared in this mutation.
+func (m *VoucherMutation) SweepNetworkCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldSweepNetwork]
+	return ok
+}
+
+// ResetSweepNetwork resets all changes to the "sweep_network" field.
+func (m *VoucherMutation) ResetSweepNetwork() {
+	m.sweep_network = nil
+	delete(m.clearedFields, voucher.FieldSweepNetwork)
+}
+
+// SetSolanaPayReference sets the "solana_pay_reference" field.
+func (m *VoucherMutation) SetSolanaPayReference(s string) {
+	m.solana_pay_reference = &s
+}
+
+// SolanaPayReference returns the value of the "solana_pay_reference" field in the mutation.
+func (m *VoucherMutation) SolanaPayReference() (r string, exists bool) {
+	v := m.solana_pay_reference
+	if v == nil {
+		return
+	}
+	return *v, true
+}
+
+// OldSolanaPayReference returns the old "solana_pay_reference" field's value of the Voucher entity.
+// If the Voucher object wasn't provided to the builder, the object is fetched from the database.
+// An error is returned if the mutation operation is not UpdateOne, or the database query fails.
+func (m *VoucherMutation) OldSolanaPayReference(ctx context.Context) (v *string, err error) {
+	if !m.op.Is(OpUpdateOne) {
+		return v, errors.New("OldSolanaPayReference is only allowed on UpdateOne operations")
+	}
+	if m.id == nil || m.oldValue == nil {
+		return v, errors.New("OldSolanaPayReference requires an ID field in the mutation")
+	}
+	oldValue, err := m.oldValue(ctx)
+	if err != nil {
+		return v, fmt.Errorf("querying old value for OldSolanaPayReference: %w", err)
+	}
+	return oldValue.SolanaPayReference, nil
+}
+
+// ClearSolanaPayReference clears the value of the "solana_pay_reference" field.
+func (m *VoucherMutation) ClearSolanaPayReference() {
+	m.solana_pay_reference = nil
+	m.clearedFields[voucher.FieldSolanaPayReference] = struct{}{}
+}
+
+// SolanaPayReferenceCleared returns if the "solana_pay_reference" field was cleared in this mutation.
+func (m *VoucherMutation) SolanaPayReferenceCleared() bool {
+	_, ok := m.clearedFields[voucher.FieldSolanaPayReference]
+	return ok
+}
+
+// ResetSolanaPayReference resets all changes to the "solana_pay_reference" field.
+func (m *VoucherMutation) ResetSolanaPayReference() {
+	m.solana_pay_reference = nil
+	delete(m.clearedFields, voucher.FieldSolanaPayReference)
+}
+
 // ClearSession clears the "session" edge to the VoucherSession entity.
 func (m *VoucherMutation) ClearSession() {
 	m.clearedsession = true
@@ -9474,7 +9574,7 @@ func (m *VoucherMutation) Type() string {
 // order to get all numeric fields that were incremented/decremented, call
 // AddedFields().
 func (m *VoucherMutation) Fields() []string {
-	fields := make([]string, 0, 28)
+	fields := make([]string, 0, 30)
 	if m.created_at != nil {
 		fields = append(fields, voucher.FieldCreatedAt)
 	}
@@ -9559,6 +9659,12 @@ func (m *VoucherMutation) Fields() []string {
 	if m.watch_network != nil {
 		fields = append(fields, voucher.FieldWatchNetwork)
 	}
+	if m.sweep_network != nil {
+		fields = append(fields, voucher.FieldSweepNetwork)
+	}
+	if m.solana_pay_reference != nil {
+		fields = append(fields, voucher.FieldSolanaPayReference)
+	}
 	return fields
 }
 
@@ -9623,6 +9729,10 @@ func (m *VoucherMutation) Field(name string) (ent.Value, bool) {
 		return m.Deposit()
 	case voucher.FieldWatchNetwork:
 		return m.WatchNetwork()
+	case voucher.FieldSweepNetwork:
+		return m.SweepNetwork()
+	case voucher.FieldSolanaPayReference:
+		return m.SolanaPayReference()
 	}
 	return nil, false
 }
@@ -9688,6 +9798,10 @@ func (m *VoucherMutation) OldField(ctx context.Context, name string) (ent.Value,
 		return m.OldDeposit(ctx)
 	case voucher.FieldWatchNetwork:
 		return m.OldWatchNetwork(ctx)
+	case voucher.FieldSweepNetwork:
+		return m.OldSweepNetwork(ctx)
+	case voucher.FieldSolanaPayReference:
+		return m.OldSolanaPayReference(ctx)
 	}
 	return nil, fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -9893,6 +10007,20 @@ func (m *VoucherMutation) SetField(name string, value ent.Value) error {
 		}
 		m.SetWatchNetwork(v)
 		return nil
+	case voucher.FieldSweepNetwork:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSweepNetwork(v)
+		return nil
+	case voucher.FieldSolanaPayReference:
+		v, ok := value.(string)
+		if !ok {
+			return fmt.Errorf("unexpected type %T for field %s", value, name)
+		}
+		m.SetSolanaPayReference(v)
+		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)
 }
@@ -9995,6 +10123,12 @@ func (m *VoucherMutation) ClearedFields() []string {
 	if m.FieldCleared(voucher.FieldWatchNetwork) {
 		fields = append(fields, voucher.FieldWatchNetwork)
 	}
+	if m.FieldCleared(voucher.FieldSweepNetwork) {
+		fields = append(fields, voucher.FieldSweepNetwork)
+	}
+	if m.FieldCleared(voucher.FieldSolanaPayReference) {
+		fields = append(fields, voucher.FieldSolanaPayReference)
+	}
 	return fields
 }
 
@@ -10065,6 +10199,12 @@ func (m *VoucherMutation) ClearField(name string) error {
 		return nil
 	case voucher.FieldWatchNetwork:
 		m.ClearWatchNetwork()
+		return nil
+	case voucher.FieldSweepNetwork:
+		m.ClearSweepNetwork()
+		return nil
+	case voucher.FieldSolanaPayReference:
+		m.ClearSolanaPayReference()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher nullable field %s", name)
@@ -10157,6 +10297,12 @@ func (m *VoucherMutation) ResetField(name string) error {
 		return nil
 	case voucher.FieldWatchNetwork:
 		m.ResetWatchNetwork()
+		return nil
+	case voucher.FieldSweepNetwork:
+		m.ResetSweepNetwork()
+		return nil
+	case voucher.FieldSolanaPayReference:
+		m.ResetSolanaPayReference()
 		return nil
 	}
 	return fmt.Errorf("unknown Voucher field %s", name)

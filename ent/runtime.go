@@ -536,6 +536,10 @@ func init() {
 	voucherDescReference := voucherFields[19].Descriptor()
 	// voucher.ReferenceValidator is a validator for the "reference" field. It is called by the builders before save.
 	voucher.ReferenceValidator = voucherDescReference.Validators[0].(func(string) error)
+	// voucherDescSolanaPayReference is the schema descriptor for solana_pay_reference field.
+	voucherDescSolanaPayReference := voucherFields[27].Descriptor()
+	// voucher.SolanaPayReferenceValidator is a validator for the "solana_pay_reference" field. It is called by the builders before save.
+	voucher.SolanaPayReferenceValidator = voucherDescSolanaPayReference.Validators[0].(func(string) error)
 	// voucherDescID is the schema descriptor for id field.
 	voucherDescID := voucherMixinFields0[0].Descriptor()
 	// voucher.DefaultID holds the default value on creation for the id field.

@@ -77,6 +77,10 @@ type Voucher struct {
 	Deposit *payment.Deposit `json:"deposit,omitempty"`
 	// WatchNetwork holds the value of the "watch_network" field.
 	WatchNetwork *string `json:"watch_network,omitempty"`
+	// SweepNetwork holds the value of the "sweep_network" field.
+	SweepNetwork *string `json:"sweep_network,omitempty"`
+	// SolanaPayReference holds the value of the "solana_pay_reference" field.
+	SolanaPayReference *string `json:"solana_pay_reference,omitempty"`
 	// Edges holds the relations/edges for other nodes in the graph.
 	// The values are being populated by the VoucherQuery when eager-loading is set.
 	Edges        VoucherEdges `json:"edges"`
@@ -125,7 +129,7 @@ func (*Voucher) scanValues(columns []string) ([]any, error) {
 			values[i] = new([]byte)
 		case voucher.FieldVersion:
 			values[i] = new(sql.NullInt64)
-		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork, voucher.FieldWatchNetwork:
+		case voucher.FieldID, voucher.FieldCode, voucher.FieldLiveCode, voucher.FieldStatus, voucher.FieldType, voucher.FieldSessionID, voucher.FieldPayerID, voucher.FieldPayeeID, voucher.FieldBusinessID, voucher.FieldExchangeRate, voucher.FieldDiscardReason, voucher.FieldWidgetID, voucher.FieldReference, voucher.FieldCheckoutTokenHash, voucher.FieldSettlementNetwork, voucher.FieldWatchNetwork, voucher.FieldSweepNetwork, voucher.FieldSolanaPayReference:
 			values[i] = new(sql.NullString)
 		case voucher.FieldCreatedAt, voucher.FieldUpdatedAt, voucher.FieldExpiresAt:
 			values[i] = new(sql.NullTime)
@@ -346,6 +350,20 @@ func (_m *Voucher) assignValues(columns []string, values []any) error {
 				_m.WatchNetwork = new(string)
 				*_m.WatchNetwork = value.String
 			}
+		case voucher.FieldSweepNetwork:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field sweep_network", values[i])
+			} else if value.Valid {
+				_m.SweepNetwork = new(string)
+				*_m.SweepNetwork = value.String
+			}
+		case voucher.FieldSolanaPayReference:
+			if value, ok := values[i].(*sql.NullString); !ok {
+				return fmt.Errorf("unexpected type %T for field solana_pay_reference", values[i])
+			} else if value.Valid {
+				_m.SolanaPayReference = new(string)
+				*_m.SolanaPayReference = value.String
+			}
 		default:
 			_m.selectValues.Set(columns[i], values[i])
 		}
@@ -490,6 +508,16 @@ func (_m *Voucher) String() string {
 	builder.WriteString(", ")
 	if v := _m.WatchNetwork; v != nil {
 		builder.WriteString("watch_network=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.SweepNetwork; v != nil {
+		builder.WriteString("sweep_network=")
+		builder.WriteString(*v)
+	}
+	builder.WriteString(", ")
+	if v := _m.SolanaPayReference; v != nil {
+		builder.WriteString("solana_pay_reference=")
 		builder.WriteString(*v)
 	}
 	builder.WriteByte(')')

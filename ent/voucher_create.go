@@ -307,6 +307,34 @@ func (_c *VoucherCreate) SetNillableWatchNetwork(v *string) *VoucherCreate {
 	return _c
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (_c *VoucherCreate) SetSweepNetwork(v string) *VoucherCreate {
+	_c.mutation.SetSweepNetwork(v)
+	return _c
+}
+
+// SetNillableSweepNetwork sets the "sweep_network" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableSweepNetwork(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetSweepNetwork(*v)
+	}
+	return _c
+}
+
+// SetSolanaPayReference sets the "solana_pay_reference" field.
+func (_c *VoucherCreate) SetSolanaPayReference(v string) *VoucherCreate {
+	_c.mutation.SetSolanaPayReference(v)
+	return _c
+}
+
+// SetNillableSolanaPayReference sets the "solana_pay_reference" field if the given value is not nil.
+func (_c *VoucherCreate) SetNillableSolanaPayReference(v *string) *VoucherCreate {
+	if v != nil {
+		_c.SetSolanaPayReference(*v)
+	}
+	return _c
+}
+
 // SetID sets the "id" field.
 func (_c *VoucherCreate) SetID(v string) *VoucherCreate {
 	_c.mutation.SetID(v)
@@ -441,6 +469,11 @@ func (_c *VoucherCreate) check() error {
 	}
 	if _, ok := _c.mutation.ExpiresAt(); !ok {
 		return &ValidationError{Name: "expires_at", err: errors.New(`ent: missing required field "Voucher.expires_at"`)}
+	}
+	if v, ok := _c.mutation.SolanaPayReference(); ok {
+		if err := voucher.SolanaPayReferenceValidator(v); err != nil {
+			return &ValidationError{Name: "solana_pay_reference", err: fmt.Errorf(`ent: validator failed for field "Voucher.solana_pay_reference": %w`, err)}
+		}
 	}
 	if v, ok := _c.mutation.ID(); ok {
 		if err := voucher.IDValidator(v); err != nil {
@@ -589,6 +622,14 @@ func (_c *VoucherCreate) createSpec() (*Voucher, *sqlgraph.CreateSpec) {
 	if value, ok := _c.mutation.WatchNetwork(); ok {
 		_spec.SetField(voucher.FieldWatchNetwork, field.TypeString, value)
 		_node.WatchNetwork = &value
+	}
+	if value, ok := _c.mutation.SweepNetwork(); ok {
+		_spec.SetField(voucher.FieldSweepNetwork, field.TypeString, value)
+		_node.SweepNetwork = &value
+	}
+	if value, ok := _c.mutation.SolanaPayReference(); ok {
+		_spec.SetField(voucher.FieldSolanaPayReference, field.TypeString, value)
+		_node.SolanaPayReference = &value
 	}
 	if nodes := _c.mutation.SessionIDs(); len(nodes) > 0 {
 		edge := &sqlgraph.EdgeSpec{
@@ -982,6 +1023,24 @@ func (u *VoucherUpsert) ClearDeposit() *VoucherUpsert {
 	return u
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsert) SetSweepNetwork(v string) *VoucherUpsert {
+	u.Set(voucher.FieldSweepNetwork, v)
+	return u
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsert) UpdateSweepNetwork() *VoucherUpsert {
+	u.SetExcluded(voucher.FieldSweepNetwork)
+	return u
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsert) ClearSweepNetwork() *VoucherUpsert {
+	u.SetNull(voucher.FieldSweepNetwork)
+	return u
+}
+
 // UpdateNewValues updates the mutable fields using the new values that were set on create except the ID field.
 // Using this option is equivalent to using:
 //
@@ -1028,6 +1087,9 @@ func (u *VoucherUpsertOne) UpdateNewValues() *VoucherUpsertOne {
 		}
 		if _, exists := u.create.mutation.WatchNetwork(); exists {
 			s.SetIgnore(voucher.FieldWatchNetwork)
+		}
+		if _, exists := u.create.mutation.SolanaPayReference(); exists {
+			s.SetIgnore(voucher.FieldSolanaPayReference)
 		}
 	}))
 	return u
@@ -1417,6 +1479,27 @@ func (u *VoucherUpsertOne) ClearDeposit() *VoucherUpsertOne {
 	})
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsertOne) SetSweepNetwork(v string) *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSweepNetwork(v)
+	})
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsertOne) UpdateSweepNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSweepNetwork()
+	})
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsertOne) ClearSweepNetwork() *VoucherUpsertOne {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSweepNetwork()
+	})
+}
+
 // Exec executes the query.
 func (u *VoucherUpsertOne) Exec(ctx context.Context) error {
 	if len(u.create.conflict) == 0 {
@@ -1629,6 +1712,9 @@ func (u *VoucherUpsertBulk) UpdateNewValues() *VoucherUpsertBulk {
 			}
 			if _, exists := b.mutation.WatchNetwork(); exists {
 				s.SetIgnore(voucher.FieldWatchNetwork)
+			}
+			if _, exists := b.mutation.SolanaPayReference(); exists {
+				s.SetIgnore(voucher.FieldSolanaPayReference)
 			}
 		}
 	}))
@@ -2016,6 +2102,27 @@ func (u *VoucherUpsertBulk) UpdateDeposit() *VoucherUpsertBulk {
 func (u *VoucherUpsertBulk) ClearDeposit() *VoucherUpsertBulk {
 	return u.Update(func(s *VoucherUpsert) {
 		s.ClearDeposit()
+	})
+}
+
+// SetSweepNetwork sets the "sweep_network" field.
+func (u *VoucherUpsertBulk) SetSweepNetwork(v string) *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.SetSweepNetwork(v)
+	})
+}
+
+// UpdateSweepNetwork sets the "sweep_network" field to the value that was provided on create.
+func (u *VoucherUpsertBulk) UpdateSweepNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.UpdateSweepNetwork()
+	})
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (u *VoucherUpsertBulk) ClearSweepNetwork() *VoucherUpsertBulk {
+	return u.Update(func(s *VoucherUpsert) {
+		s.ClearSweepNetwork()
 	})
 }
 

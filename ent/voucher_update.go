@@ -325,6 +325,26 @@ func (_u *VoucherUpdate) ClearDeposit() *VoucherUpdate {
 	return _u
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (_u *VoucherUpdate) SetSweepNetwork(v string) *VoucherUpdate {
+	_u.mutation.SetSweepNetwork(v)
+	return _u
+}
+
+// SetNillableSweepNetwork sets the "sweep_network" field if the given value is not nil.
+func (_u *VoucherUpdate) SetNillableSweepNetwork(v *string) *VoucherUpdate {
+	if v != nil {
+		_u.SetSweepNetwork(*v)
+	}
+	return _u
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (_u *VoucherUpdate) ClearSweepNetwork() *VoucherUpdate {
+	_u.mutation.ClearSweepNetwork()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdate) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -542,6 +562,15 @@ func (_u *VoucherUpdate) sqlSave(ctx context.Context) (_node int, err error) {
 	}
 	if _u.mutation.WatchNetworkCleared() {
 		_spec.ClearField(voucher.FieldWatchNetwork, field.TypeString)
+	}
+	if value, ok := _u.mutation.SweepNetwork(); ok {
+		_spec.SetField(voucher.FieldSweepNetwork, field.TypeString, value)
+	}
+	if _u.mutation.SweepNetworkCleared() {
+		_spec.ClearField(voucher.FieldSweepNetwork, field.TypeString)
+	}
+	if _u.mutation.SolanaPayReferenceCleared() {
+		_spec.ClearField(voucher.FieldSolanaPayReference, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	if _node, err = sqlgraph.UpdateNodes(ctx, _u.driver, _spec); err != nil {
@@ -858,6 +887,26 @@ func (_u *VoucherUpdateOne) ClearDeposit() *VoucherUpdateOne {
 	return _u
 }
 
+// SetSweepNetwork sets the "sweep_network" field.
+func (_u *VoucherUpdateOne) SetSweepNetwork(v string) *VoucherUpdateOne {
+	_u.mutation.SetSweepNetwork(v)
+	return _u
+}
+
+// SetNillableSweepNetwork sets the "sweep_network" field if the given value is not nil.
+func (_u *VoucherUpdateOne) SetNillableSweepNetwork(v *string) *VoucherUpdateOne {
+	if v != nil {
+		_u.SetSweepNetwork(*v)
+	}
+	return _u
+}
+
+// ClearSweepNetwork clears the value of the "sweep_network" field.
+func (_u *VoucherUpdateOne) ClearSweepNetwork() *VoucherUpdateOne {
+	_u.mutation.ClearSweepNetwork()
+	return _u
+}
+
 // Mutation returns the VoucherMutation object of the builder.
 func (_u *VoucherUpdateOne) Mutation() *VoucherMutation {
 	return _u.mutation
@@ -1105,6 +1154,15 @@ func (_u *VoucherUpdateOne) sqlSave(ctx context.Context) (_node *Voucher, err er
 	}
 	if _u.mutation.WatchNetworkCleared() {
 		_spec.ClearField(voucher.FieldWatchNetwork, field.TypeString)
+	}
+	if value, ok := _u.mutation.SweepNetwork(); ok {
+		_spec.SetField(voucher.FieldSweepNetwork, field.TypeString, value)
+	}
+	if _u.mutation.SweepNetworkCleared() {
+		_spec.ClearField(voucher.FieldSweepNetwork, field.TypeString)
+	}
+	if _u.mutation.SolanaPayReferenceCleared() {
+		_spec.ClearField(voucher.FieldSolanaPayReference, field.TypeString)
 	}
 	_spec.AddModifiers(_u.modifiers...)
 	_node = &Voucher{config: _u.config}

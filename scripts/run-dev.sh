@@ -6,6 +6,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEVCHAIN_ADDR="${DEVCHAIN_ADDR:-127.0.0.1:8545}"
 export VOUCHER_FINANCE_FILE="${VOUCHER_FINANCE_FILE:-dev/finance.json}"
+# The dev sweep account (anvil's account 9, prefunded by the dev chain; a
+# public test key that only pays gas): the service flushes each checkout's
+# deposit address to the widget's wallet with it.
+export VOUCHER_SWEEP_KEY="${VOUCHER_SWEEP_KEY:-0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6}"
 
 ./bin/devchain -addr "$DEVCHAIN_ADDR" &
 chain_pid=$!

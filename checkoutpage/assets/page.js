@@ -32,7 +32,18 @@
       $("[data-tx-hash]").textContent = c.transactionHash;
       $("[data-tx]").hidden = false;
     }
-    if (c.status !== "awaiting_payment") stopCountdown();
+    // A partial payment: what remains, and the way to pay it, stay shown.
+    var rest = $("[data-remaining-line]");
+    if (c.remaining) {
+      root.dataset.remaining = c.remaining;
+      $("[data-remaining-amount]").textContent = c.remaining;
+      rest.hidden = false;
+    } else {
+      delete root.dataset.remaining;
+      rest.hidden = true;
+    }
+    $("[data-late]").hidden = !c.late;
+    if (c.status !== "awaiting_payment" && !c.remaining) stopCountdown();
   }
 
   // Countdown: a display timer only; the state comes from the server.

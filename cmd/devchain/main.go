@@ -4,8 +4,11 @@
 // well-known development accounts (testchain.DevKeys: anvil's and hardhat's
 // defaults, public keys for test money only), deploys the dev tokens and an
 // ETH/USD price feed at fixed addresses (deployer account 0, nonces 0, 1,
-// 2), seals a block after every transaction it receives and an empty one
-// every -block-time, so confirmations grow.
+// 2), and the deposit factory (its own deployer, anvil's account 8, nonce
+// 0: testchain.DevFactory), prefunds the dev sweep account (anvil's account
+// 9: the VOUCHER_SWEEP_KEY `make run` passes), seals a block after every
+// transaction it receives and an empty one every -block-time, so
+// confirmations grow.
 //
 //	devchain [-addr 127.0.0.1:8545] [-block-time 2s]
 //	devchain send -to 0xPAYEE -currency USDC -amount 12.5 [-from 1] [-rpc URL]
@@ -36,6 +39,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 	"github.com/shopspring/decimal"
 
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 )
 
@@ -95,7 +99,8 @@ func serve(args []string) error {
 	for i := range testchain.DevKeys {
 		funded = append(funded, testchain.DevAccount(i).Address)
 	}
-	sim := testchain.NewSim(funded...)
+	factoryDeployer, sweeper := testchain.KeyAccount(testchain.DevFactoryDeployerKey), testchain.KeyAccount(testchain.DevSweepKey)
+	sim := testchain.NewSim(append(funded, factoryDeployer.Address, sweeper.Address)...)
 	defer sim.Close()
 	var mu sync.Mutex // one Commit at a time
 	commit := func() { mu.Lock(); sim.Commit(); mu.Unlock() }
@@ -118,11 +123,12 @@ func serve(args []string) error {
 		a, _, _ := tokenAddress(t.Symbol)
 		attrs = append(attrs, t.Symbol, a.Hex())
 	}
-	attrs = append(attrs, "ETH/USD feed", testchain.CreateAddress(funded[0], FeedNonce).Hex())
+	attrs = append(attrs, "ETH/USD feed", testchain.CreateAddress(funded[0], FeedNonce).Hex(), "depositFactory", testchain.DevFactory().Hex())
 	log.Info("devchain ready", attrs...)
 	for i, a := range funded {
 		log.Info("dev account (public test key: test money only)", "index", i, "address", a.Hex(), "key", "0x"+testchain.DevKeys[i])
 	}
+	log.Info("dev sweep account (gas only; public test key)", "address", sweeper.Address.Hex(), "key", "0x"+testchain.DevSweepKey)
 	if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
@@ -181,6 +187,17 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 		return err
 	}
 	if err := mine(ctx, sim, commit, h); err != nil {
+		return err
+	}
+	// The deposit factory: its own deployer's first transaction.
+	deployer := testchain.KeyAccount(testchain.DevFactoryDeployerKey)
+	if h, err = testchain.SendNonce(ctx, sim.Client, deployer, 0, nil, nil, deposit.FactoryCode, 0); err != nil {
+		return err
+	}
+	if err := mine(ctx, sim, commit, h); err != nil {
+		return err
+	}
+	if err := deposit.Verify(ctx, sim.RPC, testchain.DevFactory()); err != nil {
 		return err
 	}
 	// Check the fixed addresses hold code: a change in the order above

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"math/big"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +19,7 @@ import (
 	"github.com/ethereum/go-ethereum/ethclient"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
@@ -121,6 +123,29 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 			}
 		}
 	}
+	// The deposit factory at its documented address (dev/finance.json names
+	// it for network local), and the dev sweep account, whose key make run
+	// passes as VOUCHER_SWEEP_KEY, funded for gas.
+	const factory, sweepAccount = "0x95bD8D42f30351685e96C62EDdc0d0613bf9a87A", "0xa0Ee7A142d267C1f36714E4a8F75612F20a79720"
+	if err := deposit.Verify(ctx, c.Client(), common.HexToAddress(factory)); err != nil {
+		t.Fatalf("the deposit factory the docs name: %v", err)
+	}
+	finance, err := os.ReadFile(filepath.Join("..", "..", "dev", "finance.json"))
+	if err != nil || !strings.Contains(string(finance), `"depositFactory": "`+factory+`"`) {
+		t.Fatalf("dev/finance.json does not name the dev chain's deposit factory %s (%v)", factory, err)
+	}
+	runDev, err := os.ReadFile(filepath.Join("..", "..", "scripts", "run-dev.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VOUCHER_SWEEP_KEY:-0x([0-9a-f]{64})`).FindSubmatch(runDev)
+	if m == nil || testchain.KeyAccount(string(m[1])).Address != common.HexToAddress(sweepAccount) {
+		t.Fatalf("scripts/run-dev.sh's VOUCHER_SWEEP_KEY is not the dev sweep account %s", sweepAccount)
+	}
+	if bal, err := c.BalanceAt(ctx, common.HexToAddress(sweepAccount), nil); err != nil || bal.Cmp(new(big.Int).Mul(big.NewInt(9_999), ether)) < 0 {
+		t.Fatalf("the dev sweep account holds %v wei (%v)", bal, err)
+	}
+
 	ch, err := evm.Dial(ctx, rpcURL, 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -156,16 +181,22 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 			})
 		}
 	})
+	// README's checkout session: paid by a plain transfer to the deposit
+	// address, no hash handed back, swept to the payout wallet.
+	t.Run("checkout", func(t *testing.T) {
+		for i, dialect := range []string{"sqlite", "postgres"} {
+			t.Run(dialect, func(t *testing.T) {
+				t.Parallel()
+				checkoutOnDevChain(t, c, bin, rpcURL, dialect, fmt.Sprint(3+i))
+			})
+		}
+	})
 }
 
-// settleOnDevChain is README's first session: voucherd configured as
-// `make run` configures it (dev/finance.json, its network local pointed at
-// the dev chain), a payer's wallet opens a context, the payee signs in with
-// its code, reserves and redeems a voucher for 12.5 USDC on local, the
-// payer pays it with `devchain send` from a prefunded dev account and
-// resolves it with the printed hash, and the voucher's settlement becomes
-// CONFIRMED because the chain confirmed it.
-func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
+// devService starts voucherd configured as `make run` configures it:
+// dev/finance.json with network local pointed at the dev chain, and the
+// VOUCHER_SWEEP_KEY of scripts/run-dev.sh.
+func devService(t *testing.T, rpcURL, dialect string) *testserver.Server {
 	finance, err := os.ReadFile(filepath.Join("..", "..", "dev", "finance.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +208,129 @@ func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
 	if err := os.WriteFile(file, []byte(strings.Replace(string(finance), "http://127.0.0.1:8545", rpcURL, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	s := testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": file}})
+	runDev, err := os.ReadFile(filepath.Join("..", "..", "scripts", "run-dev.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`VOUCHER_SWEEP_KEY:-(0x[0-9a-f]{64})`).FindSubmatch(runDev)
+	if m == nil {
+		t.Fatal("scripts/run-dev.sh sets no VOUCHER_SWEEP_KEY")
+	}
+	return testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": file, "VOUCHER_SWEEP_KEY": string(m[1])}})
+}
+
+// checkoutOnDevChain is README's checkout session: a business creates a
+// widget paying out to its wallet on local and a checkout for 7.25 USDC;
+// the customer pays what the page's QR code says with `devchain send` to
+// the deposit address and hands back no hash; the page (its data-status)
+// and the voucher confirm, and the payout wallet receives the sweep.
+func checkoutOnDevChain(t *testing.T, c *ethclient.Client, bin, rpcURL, dialect, from string) {
+	s := devService(t, rpcURL, dialect)
+	owner := s.User(t)
+	r := s.Do(t, "POST", "/api/v1/businesses/create-business", owner.Token, map[string]any{"name": "Acme Coffee"})
+	if r.Status != 200 {
+		t.Fatalf("create-business: %d %s", r.Status, r.Body)
+	}
+	biz := r.Map(t)["id"].(string)
+	payout := testchain.NewAccount().Address
+	r = s.Do(t, "POST", "/api/v1/businesses/"+biz+"/widgets/create-widget", owner.Token, map[string]any{
+		"name": "Web shop", "accepts": []map[string]any{{"network": "local", "currency": "USDC"}},
+		"wallets": []map[string]any{{"network": "local", "address": payout.Hex()}},
+	})
+	if r.Status != 200 {
+		t.Fatalf("create-widget: %d %s", r.Status, r.Body)
+	}
+	widgetID, secret := r.Map(t)["id"].(string), r.Map(t)["clientSecret"].(string)
+	r = s.DoWith(t, "POST", "/api/v1/widgets/"+widgetID+"/create-checkout", "", map[string]any{"network": "local", "currency": "USDC", "amount": "7.25", "reference": "order-1001"},
+		http.Header{"X-Client-Secret": {secret}})
+	if r.Status != 200 {
+		t.Fatalf("create-checkout: %d %s", r.Status, r.Body)
+	}
+	var co struct {
+		ID, CheckoutURL string
+		ExpectedPayment struct{ Wallet struct{ Address string } }
+	}
+	r.JSON(t, &co)
+	token := co.CheckoutURL[strings.LastIndex(co.CheckoutURL, "/")+1:]
+	depositAddr := co.ExpectedPayment.Wallet.Address
+	if common.HexToAddress(depositAddr) != deposit.ForVoucher(testchain.DevFactory(), payout, co.ID) {
+		t.Fatalf("the checkout pays to %s, not its deposit address", depositAddr)
+	}
+	page := func() string {
+		t.Helper()
+		r := s.Do(t, "GET", "/checkout/"+token, "", nil)
+		if r.Status != 200 {
+			t.Fatalf("the page: %d", r.Status)
+		}
+		m := regexp.MustCompile(`id="checkout"[^>]*data-status="([a-z_]+)"|data-status="([a-z_]+)"[^>]*id="checkout"`).FindStringSubmatch(string(r.Body))
+		if m == nil {
+			t.Fatalf("the page has no #checkout data-status: %s", r.Body)
+		}
+		return m[1] + m[2]
+	}
+	if st := page(); st != "awaiting_payment" {
+		t.Fatalf("the page before payment: %s", st)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-from", from, "-to", depositAddr, "-currency", "USDC", "-amount", "7.25").Output(); err != nil {
+		t.Fatalf("devchain send: %v %s", err, out)
+	}
+	usdc := common.HexToAddress("0x5FbDB2315678afecb367f032d93F642f64180aa3")
+	for {
+		var v struct {
+			Status     string
+			Settlement *struct{ Status, PaidAmount string }
+			Deposit    *struct {
+				Address, PayoutAddress string
+				Sweep                  struct{ Status, TransactionHash, Amount string }
+			}
+		}
+		r = s.Do(t, "GET", "/api/v1/vouchers/"+co.ID, owner.Token, nil)
+		if r.Status != 200 {
+			t.Fatalf("voucher: %d %s", r.Status, r.Body)
+		}
+		r.JSON(t, &v)
+		if v.Settlement != nil && v.Settlement.Status != "PENDING" && v.Settlement.Status != "CONFIRMED" {
+			t.Fatalf("settlement: %s", r.Body)
+		}
+		if v.Deposit != nil && v.Deposit.Sweep.Status == "DONE" {
+			if v.Status != "RESOLVED" || v.Settlement == nil || v.Settlement.Status != "CONFIRMED" || v.Settlement.PaidAmount != "7.25" ||
+				v.Deposit.Sweep.Amount != "7.25" || !strings.EqualFold(v.Deposit.PayoutAddress, payout.Hex()) {
+				t.Fatalf("voucher: %s", r.Body)
+			}
+			rc, err := c.TransactionReceipt(ctx, common.HexToHash(v.Deposit.Sweep.TransactionHash))
+			if err != nil || rc.Status != 1 {
+				t.Fatalf("the sweep transaction %s: %v %v", v.Deposit.Sweep.TransactionHash, rc, err)
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("never confirmed and swept: %s", r.Body)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if st := page(); st != "confirmed" {
+		t.Fatalf("the page after the payment: %s", st)
+	}
+	data, _ := testchain.TokenABI.Pack("balanceOf", payout)
+	out, err := c.CallContract(ctx, ethereum.CallMsg{To: &usdc, Data: data}, nil)
+	if err != nil || new(big.Int).SetBytes(out).Cmp(big.NewInt(7_250_000)) != 0 {
+		t.Fatalf("the payout wallet holds %x USDC units (%v), want 7250000", out, err)
+	}
+}
+
+// settleOnDevChain is README's first session: voucherd configured as
+// `make run` configures it (dev/finance.json, its network local pointed at
+// the dev chain), a payer's wallet opens a context, the payee signs in with
+// its code, reserves and redeems a voucher for 12.5 USDC on local, the
+// payer pays it with `devchain send` from a prefunded dev account and
+// resolves it with the printed hash, and the voucher's settlement becomes
+// CONFIRMED because the chain confirmed it.
+func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
+	s := devService(t, rpcURL, dialect)
 
 	wallet := s.Device(t)
 	_, code := s.Session(t, wallet)

@@ -6,25 +6,21 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net"
 	"net/http"
 	"net/http/httptest"
-	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 	"github.com/ethereum/go-ethereum/core/types"
 	"github.com/ethereum/go-ethereum/crypto"
-	"github.com/ethereum/go-ethereum/ethclient"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+	"github.com/voucherd/voucherd/testsupport/testanvil"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -45,39 +41,10 @@ import (
 // receipt's block, and a payment whose block a reorg drops (anvil's
 // evm_snapshot / evm_revert) and that is never mined again.
 func TestSettlementOnAnvil(t *testing.T) {
-	dir := testserver.NodePackage(t, "test/anvil")
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	anvil := exec.Command(filepath.Join(dir, "node_modules", ".bin", "anvil"), "--port", fmt.Sprint(port), "--chain-id", "1337", "--block-time", "1", "--silent")
-	// node_modules/.bin/anvil is npm's Node.js launcher, which starts the
-	// platform's anvil binary as its child: the test kills the whole
-	// process group, or that child outlives the test on its port.
-	anvil.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := anvil.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = syscall.Kill(-anvil.Process.Pid, syscall.SIGKILL); _ = anvil.Wait() }()
-	rpcURL := fmt.Sprintf("http://127.0.0.1:%d", port)
+	node := testanvil.Start(t, time.Second)
+	rpcURL, c := node.URL, node.Client
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	var c *ethclient.Client
-	for {
-		if c, err = ethclient.DialContext(ctx, rpcURL); err == nil {
-			if _, err = c.ChainID(ctx); err == nil {
-				break
-			}
-		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("anvil did not answer: %v", err)
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-	defer c.Close()
 
 	// anvil's dev accounts: 0 deploys, 1 pays, 2 is the payee, 3 has ether
 	// but no tokens (its transfer reverts), 4 makes the payment a reorg
@@ -585,6 +552,7 @@ type signedReceiver struct {
 
 type receivedEvent struct {
 	typ, paid string
+	late      bool
 	at        time.Time // when it was received
 }
 
@@ -605,13 +573,16 @@ func newSignedReceiver(t *testing.T) *signedReceiver {
 		}
 		var p struct {
 			Type string
-			Data struct{ VoucherID, PaidAmount string }
+			Data struct {
+				VoucherID, PaidAmount string
+				Late                  bool
+			}
 		}
 		if err := json.Unmarshal(body, &p); err != nil {
 			r.bad = append(r.bad, err.Error())
 			return
 		}
-		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount, time.Now()})
+		r.events[p.Data.VoucherID] = append(r.events[p.Data.VoucherID], receivedEvent{p.Type, p.Data.PaidAmount, p.Data.Late, time.Now()})
 		select {
 		case r.got <- struct{}{}:
 		default:

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -42,6 +43,7 @@ import (
 	"github.com/voucherd/voucherd/internal/services"
 	"github.com/voucherd/voucherd/internal/session"
 	"github.com/voucherd/voucherd/internal/settlement"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/networks"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/view"
@@ -409,9 +411,18 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	// Dial every network with an rpcUrl and check its chain id; in
 	// production refuse networks with tokens and no rpcUrl unless
 	// VOUCHER_TRUST_RECEIPTS.
+	// VOUCHER_SWEEP_KEY: the account that pays the gas of sweeping deposit
+	// addresses (never one that holds a business's funds).
+	var sweepKey *ecdsa.PrivateKey
+	if cfg.SweepKey != "" {
+		var err error
+		if sweepKey, err = deposit.ParseKey(cfg.SweepKey); err != nil {
+			return fmt.Errorf("VOUCHER_SWEEP_KEY: %w", err)
+		}
+	}
 	set, err := networks.Dial(ctx, fc.Registry, networks.Options{
 		Production: !cfg.IsDevelopment(), TrustReceipts: cfg.TrustReceipts,
-		Timeout: cfg.RPCTimeout, Log: a.Log,
+		Timeout: cfg.RPCTimeout, Log: a.Log, SweepKey: sweepKey,
 	})
 	if err != nil {
 		return err
@@ -446,7 +457,8 @@ func (a *App) buildVouchers(ctx context.Context) error {
 	a.Finance = fin
 	a.Settlement, err = settlement.NewService(a.DB, fin.Registry(), settlement.Options{
 		Networks: a.chains, Window: cfg.SettlementWindow, Events: a.Outbox, Publisher: a.publisher(), Log: a.Log,
-		Polled: a.metrics.settlement.Polled,
+		Polled: a.metrics.settlement.Polled, SweepFailed: a.metrics.settlement.SweepFailed,
+		Sweepers: set.Sweepers,
 	})
 	if err != nil {
 		return err

@@ -28,7 +28,7 @@ const chainFinance = `{
   "priceFeeds": [{"currency": "ETH", "network": "local", "address": "%s", "maxAge": "1h"}]
 }`
 
-func writeFile(t *testing.T, content string) string {
+func writeFile(t testing.TB, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), "finance.json")
 	if err := os.WriteFile(p, []byte(content), 0o600); err != nil {

@@ -20,6 +20,13 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == "deploy-factory" {
+		if err := deployFactory(os.Args[2:], os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, "voucherd deploy-factory:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "voucherd:", err)
 		os.Exit(1)

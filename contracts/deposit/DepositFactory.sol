@@ -15,6 +15,12 @@ pragma solidity 0.8.28;
 contract DepositForwarder {
     address public immutable payout;
 
+    // Custom errors, not revert strings: the forwarder's code is paid for
+    // (200 gas a byte) at every deposit address's first flush.
+    error NativeTransferFailed();
+    error BalanceOfFailed();
+    error TokenTransferFailed();
+
     constructor(address payout_) {
         payout = payout_;
     }
@@ -28,17 +34,17 @@ contract DepositForwarder {
             amount = address(this).balance;
             if (amount > 0) {
                 (bool sent, ) = payout.call{value: amount}("");
-                require(sent, "native transfer failed");
+                if (!sent) revert NativeTransferFailed();
             }
             return amount;
         }
         (bool ok, bytes memory ret) = token.staticcall(abi.encodeWithSelector(0x70a08231, address(this)));
-        require(ok && ret.length >= 32, "balanceOf failed");
+        if (!ok || ret.length < 32) revert BalanceOfFailed();
         amount = abi.decode(ret, (uint256));
         if (amount > 0) {
             // transfer(address,uint256); tokens that return nothing are accepted.
             (ok, ret) = token.call(abi.encodeWithSelector(0xa9059cbb, payout, amount));
-            require(ok && (ret.length == 0 || abi.decode(ret, (bool))), "token transfer failed");
+            if (!ok || (ret.length != 0 && !abi.decode(ret, (bool)))) revert TokenTransferFailed();
         }
     }
 }
@@ -69,11 +75,23 @@ contract DepositFactory {
 
     /// @notice flush for many deposit addresses in one transaction. One that
     /// fails (a token that refuses the transfer) is skipped, not the batch:
-    /// it emits no Flushed event and its funds stay where they are.
+    /// it emits no Flushed event and its funds stay where they are. An
+    /// entry that ran out of gas fails the whole batch instead: otherwise
+    /// eth_estimateGas would settle on a limit at which later entries run
+    /// out of gas and are skipped, and a batch sent with that estimate would
+    /// silently leave them unswept.
     function flushMany(address[] calldata payouts, bytes32[] calldata salts, address[] calldata tokens) external {
         require(payouts.length == salts.length && salts.length == tokens.length, "length mismatch");
         for (uint256 i = 0; i < payouts.length; i++) {
-            try this.flush(payouts[i], salts[i], tokens[i]) {} catch {}
+            uint256 before = gasleft();
+            try this.flush(payouts[i], salts[i], tokens[i]) {} catch {
+                // Each call level keeps back 1/64 of what it has, so an
+                // entry that ran out of gas at any depth up to 5 (flush,
+                // the forwarder's creation or flush, the token) leaves less
+                // than 1/8 of `before`; a real failure leaves more, unless
+                // the batch was nearly out of gas anyway.
+                require(gasleft() > before / 8, "out of gas");
+            }
         }
     }
 }

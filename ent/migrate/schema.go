@@ -324,6 +324,8 @@ var (
 		{Name: "settlement_network", Type: field.TypeString, Nullable: true},
 		{Name: "deposit", Type: field.TypeJSON, Nullable: true},
 		{Name: "watch_network", Type: field.TypeString, Nullable: true},
+		{Name: "sweep_network", Type: field.TypeString, Nullable: true},
+		{Name: "solana_pay_reference", Type: field.TypeString, Unique: true, Nullable: true, Size: 44},
 		{Name: "business_id", Type: field.TypeString, Nullable: true, Size: 64},
 		{Name: "session_id", Type: field.TypeString, Size: 64},
 	}
@@ -335,13 +337,13 @@ var (
 		ForeignKeys: []*schema.ForeignKey{
 			{
 				Symbol:     "vouchers_businesses_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[27]},
+				Columns:    []*schema.Column{VouchersColumns[29]},
 				RefColumns: []*schema.Column{BusinessesColumns[0]},
 				OnDelete:   schema.SetNull,
 			},
 			{
 				Symbol:     "vouchers_voucher_sessions_vouchers",
-				Columns:    []*schema.Column{VouchersColumns[28]},
+				Columns:    []*schema.Column{VouchersColumns[30]},
 				RefColumns: []*schema.Column{VoucherSessionsColumns[0]},
 				OnDelete:   schema.NoAction,
 			},
@@ -355,7 +357,7 @@ var (
 			{
 				Name:    "voucher_session_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[28], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[30], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_payer_id_created_at",
@@ -370,7 +372,7 @@ var (
 			{
 				Name:    "voucher_business_id_created_at",
 				Unique:  false,
-				Columns: []*schema.Column{VouchersColumns[27], VouchersColumns[1]},
+				Columns: []*schema.Column{VouchersColumns[29], VouchersColumns[1]},
 			},
 			{
 				Name:    "voucher_status_expires_at",
@@ -386,6 +388,11 @@ var (
 				Name:    "voucher_watch_network_expires_at",
 				Unique:  false,
 				Columns: []*schema.Column{VouchersColumns[26], VouchersColumns[22]},
+			},
+			{
+				Name:    "voucher_sweep_network",
+				Unique:  false,
+				Columns: []*schema.Column{VouchersColumns[27]},
 			},
 		},
 	}

@@ -124,6 +124,17 @@ func (Voucher) Fields() []ent.Field {
 		// voucher's status): the detection work list is an index range on
 		// (watch_network, expires_at).
 		field.String("watch_network").Optional().Nillable().Immutable().Annotations(entgql.Skip()),
+		// sweep_network names the network while a checkout's deposit
+		// address has funds the service still has to sweep (a verdict, or a
+		// later payment, not yet flushed): the sweeper's work list.
+		field.String("sweep_network").Optional().Nillable().Annotations(entgql.Skip()),
+		// solana_pay_reference is a Solana checkout's Solana Pay reference
+		// (the base58 public key of a fresh key pair; nothing secret): its
+		// paymentUri carries it, the payer's wallet adds it to the
+		// transfer, and the settlement watcher finds the payment by it.
+		// NULL for every other voucher.
+		field.String("solana_pay_reference").Optional().Nillable().Immutable().Unique().MaxLen(44).
+			Annotations(entgql.Skip(entgql.SkipWhereInput)),
 	}
 }
 
@@ -149,6 +160,8 @@ func (Voucher) Indexes() []ent.Index {
 		index.Fields("settlement_network"),
 		// The watcher finds the deposit addresses it watches on a network.
 		index.Fields("watch_network", "expires_at"),
+		// The sweeper finds the deposit addresses it has to flush.
+		index.Fields("sweep_network"),
 	}
 }
 

@@ -73,6 +73,10 @@ const (
 	FieldDeposit = "deposit"
 	// FieldWatchNetwork holds the string denoting the watch_network field in the database.
 	FieldWatchNetwork = "watch_network"
+	// FieldSweepNetwork holds the string denoting the sweep_network field in the database.
+	FieldSweepNetwork = "sweep_network"
+	// FieldSolanaPayReference holds the string denoting the solana_pay_reference field in the database.
+	FieldSolanaPayReference = "solana_pay_reference"
 	// EdgeSession holds the string denoting the session edge name in mutations.
 	EdgeSession = "session"
 	// EdgeBusiness holds the string denoting the business edge name in mutations.
@@ -126,6 +130,8 @@ var Columns = []string{
 	FieldSettlementNetwork,
 	FieldDeposit,
 	FieldWatchNetwork,
+	FieldSweepNetwork,
+	FieldSolanaPayReference,
 }
 
 // ValidColumn reports if the column name is valid (part of the table columns).
@@ -153,6 +159,8 @@ var (
 	DefaultVersion int
 	// ReferenceValidator is a validator for the "reference" field. It is called by the builders before save.
 	ReferenceValidator func(string) error
+	// SolanaPayReferenceValidator is a validator for the "solana_pay_reference" field. It is called by the builders before save.
+	SolanaPayReferenceValidator func(string) error
 	// DefaultID holds the default value on creation for the "id" field.
 	DefaultID func() string
 	// IDValidator is a validator for the "id" field. It is called by the builders before save.
@@ -311,6 +319,16 @@ func BySettlementNetwork(opts ...sql.OrderTermOption) OrderOption {
 // ByWatchNetwork orders the results by the watch_network field.
 func ByWatchNetwork(opts ...sql.OrderTermOption) OrderOption {
 	return sql.OrderByField(FieldWatchNetwork, opts...).ToFunc()
+}
+
+// BySweepNetwork orders the results by the sweep_network field.
+func BySweepNetwork(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSweepNetwork, opts...).ToFunc()
+}
+
+// BySolanaPayReference orders the results by the solana_pay_reference field.
+func BySolanaPayReference(opts ...sql.OrderTermOption) OrderOption {
+	return sql.OrderByField(FieldSolanaPayReference, opts...).ToFunc()
 }
 
 // BySessionField orders the results by session field.

@@ -150,6 +150,16 @@ func WatchNetwork(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldWatchNetwork, v))
 }
 
+// SweepNetwork applies equality check predicate on the "sweep_network" field. It's identical to SweepNetworkEQ.
+func SweepNetwork(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSweepNetwork, v))
+}
+
+// SolanaPayReference applies equality check predicate on the "solana_pay_reference" field. It's identical to SolanaPayReferenceEQ.
+func SolanaPayReference(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSolanaPayReference, v))
+}
+
 // CreatedAtEQ applies the EQ predicate on the "created_at" field.
 func CreatedAtEQ(v time.Time) predicate.Voucher {
 	return predicate.Voucher(sql.FieldEQ(FieldCreatedAt, v))
@@ -1383,6 +1393,156 @@ func WatchNetworkEqualFold(v string) predicate.Voucher {
 // WatchNetworkContainsFold applies the ContainsFold predicate on the "watch_network" field.
 func WatchNetworkContainsFold(v string) predicate.Voucher {
 	return predicate.Voucher(sql.FieldContainsFold(FieldWatchNetwork, v))
+}
+
+// SweepNetworkEQ applies the EQ predicate on the "sweep_network" field.
+func SweepNetworkEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSweepNetwork, v))
+}
+
+// SweepNetworkNEQ applies the NEQ predicate on the "sweep_network" field.
+func SweepNetworkNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldSweepNetwork, v))
+}
+
+// SweepNetworkIn applies the In predicate on the "sweep_network" field.
+func SweepNetworkIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldSweepNetwork, vs...))
+}
+
+// SweepNetworkNotIn applies the NotIn predicate on the "sweep_network" field.
+func SweepNetworkNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldSweepNetwork, vs...))
+}
+
+// SweepNetworkGT applies the GT predicate on the "sweep_network" field.
+func SweepNetworkGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldSweepNetwork, v))
+}
+
+// SweepNetworkGTE applies the GTE predicate on the "sweep_network" field.
+func SweepNetworkGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldSweepNetwork, v))
+}
+
+// SweepNetworkLT applies the LT predicate on the "sweep_network" field.
+func SweepNetworkLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldSweepNetwork, v))
+}
+
+// SweepNetworkLTE applies the LTE predicate on the "sweep_network" field.
+func SweepNetworkLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldSweepNetwork, v))
+}
+
+// SweepNetworkContains applies the Contains predicate on the "sweep_network" field.
+func SweepNetworkContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldSweepNetwork, v))
+}
+
+// SweepNetworkHasPrefix applies the HasPrefix predicate on the "sweep_network" field.
+func SweepNetworkHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldSweepNetwork, v))
+}
+
+// SweepNetworkHasSuffix applies the HasSuffix predicate on the "sweep_network" field.
+func SweepNetworkHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldSweepNetwork, v))
+}
+
+// SweepNetworkIsNil applies the IsNil predicate on the "sweep_network" field.
+func SweepNetworkIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldSweepNetwork))
+}
+
+// SweepNetworkNotNil applies the NotNil predicate on the "sweep_network" field.
+func SweepNetworkNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldSweepNetwork))
+}
+
+// SweepNetworkEqualFold applies the EqualFold predicate on the "sweep_network" field.
+func SweepNetworkEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldSweepNetwork, v))
+}
+
+// SweepNetworkContainsFold applies the ContainsFold predicate on the "sweep_network" field.
+func SweepNetworkContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldSweepNetwork, v))
+}
+
+// SolanaPayReferenceEQ applies the EQ predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEQ(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceNEQ applies the NEQ predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceNEQ(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNEQ(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceIn applies the In predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldIn(FieldSolanaPayReference, vs...))
+}
+
+// SolanaPayReferenceNotIn applies the NotIn predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceNotIn(vs ...string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotIn(FieldSolanaPayReference, vs...))
+}
+
+// SolanaPayReferenceGT applies the GT predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceGT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGT(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceGTE applies the GTE predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceGTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldGTE(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceLT applies the LT predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceLT(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLT(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceLTE applies the LTE predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceLTE(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldLTE(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceContains applies the Contains predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceContains(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContains(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceHasPrefix applies the HasPrefix predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceHasPrefix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasPrefix(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceHasSuffix applies the HasSuffix predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceHasSuffix(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldHasSuffix(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceIsNil applies the IsNil predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceIsNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldIsNull(FieldSolanaPayReference))
+}
+
+// SolanaPayReferenceNotNil applies the NotNil predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceNotNil() predicate.Voucher {
+	return predicate.Voucher(sql.FieldNotNull(FieldSolanaPayReference))
+}
+
+// SolanaPayReferenceEqualFold applies the EqualFold predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceEqualFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldEqualFold(FieldSolanaPayReference, v))
+}
+
+// SolanaPayReferenceContainsFold applies the ContainsFold predicate on the "solana_pay_reference" field.
+func SolanaPayReferenceContainsFold(v string) predicate.Voucher {
+	return predicate.Voucher(sql.FieldContainsFold(FieldSolanaPayReference, v))
 }
 
 // HasSession applies the HasEdge predicate on the "session" edge.

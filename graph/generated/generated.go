@@ -339,29 +339,30 @@ type ComplexityRoot struct {
 	}
 
 	Voucher struct {
-		BusinessID      func(childComplexity int) int
-		Code            func(childComplexity int) int
-		CreatedAt       func(childComplexity int) int
-		Deposit         func(childComplexity int) int
-		DiscardReason   func(childComplexity int) int
-		ExchangeRate    func(childComplexity int) int
-		ExpectedPayment func(childComplexity int) int
-		ExpiresAt       func(childComplexity int) int
-		Extras          func(childComplexity int) int
-		ID              func(childComplexity int) int
-		Networks        func(childComplexity int) int
-		PayeeInfo       func(childComplexity int) int
-		Payments        func(childComplexity int) int
-		Receipts        func(childComplexity int) int
-		Reference       func(childComplexity int) int
-		SessionID       func(childComplexity int) int
-		Settlement      func(childComplexity int) int
-		Status          func(childComplexity int) int
-		SuppliedPayment func(childComplexity int) int
-		Type            func(childComplexity int) int
-		UpdatedAt       func(childComplexity int) int
-		Version         func(childComplexity int) int
-		WidgetID        func(childComplexity int) int
+		BusinessID         func(childComplexity int) int
+		Code               func(childComplexity int) int
+		CreatedAt          func(childComplexity int) int
+		Deposit            func(childComplexity int) int
+		DiscardReason      func(childComplexity int) int
+		ExchangeRate       func(childComplexity int) int
+		ExpectedPayment    func(childComplexity int) int
+		ExpiresAt          func(childComplexity int) int
+		Extras             func(childComplexity int) int
+		ID                 func(childComplexity int) int
+		Networks           func(childComplexity int) int
+		PayeeInfo          func(childComplexity int) int
+		Payments           func(childComplexity int) int
+		Receipts           func(childComplexity int) int
+		Reference          func(childComplexity int) int
+		SessionID          func(childComplexity int) int
+		Settlement         func(childComplexity int) int
+		SolanaPayReference func(childComplexity int) int
+		Status             func(childComplexity int) int
+		SuppliedPayment    func(childComplexity int) int
+		Type               func(childComplexity int) int
+		UpdatedAt          func(childComplexity int) int
+		Version            func(childComplexity int) int
+		WidgetID           func(childComplexity int) int
 	}
 
 	VoucherConnection struct {
@@ -1966,6 +1967,12 @@ func (e *executableSchema) Complexity(ctx context.Context, typeName, field strin
 		}
 
 		return e.ComplexityRoot.Voucher.Settlement(childComplexity), true
+	case "Voucher.solanaPayReference":
+		if e.ComplexityRoot.Voucher.SolanaPayReference == nil {
+			break
+		}
+
+		return e.ComplexityRoot.Voucher.SolanaPayReference(childComplexity), true
 	case "Voucher.status":
 		if e.ComplexityRoot.Voucher.Status == nil {
 			break
@@ -3368,6 +3375,7 @@ type Voucher implements Node {
   expiresAt: Time!
   settlement: Settlement
   deposit: Deposit
+  solanaPayReference: String
 }
 """
 A connection to a list of items.
@@ -5044,6 +5052,8 @@ func (ec *executionContext) childFields_Voucher(ctx context.Context, field graph
 		return ec.fieldContext_Voucher_settlement(ctx, field)
 	case "deposit":
 		return ec.fieldContext_Voucher_deposit(ctx, field)
+	case "solanaPayReference":
+		return ec.fieldContext_Voucher_solanaPayReference(ctx, field)
 	}
 	return nil, fmt.Errorf("no field named %q was found under type Voucher", field.Name)
 }
@@ -12262,6 +12272,29 @@ func (ec *executionContext) fieldContext_Voucher_deposit(_ context.Context, fiel
 		},
 	}
 	return fc, nil
+}
+
+func (ec *executionContext) _Voucher_solanaPayReference(ctx context.Context, field graphql.CollectedField, obj *ent.Voucher) (ret graphql.Marshaler) {
+	return graphql.ResolveField(
+		ctx,
+		ec.OperationContext,
+		field,
+		func(ctx context.Context, field graphql.CollectedField) (*graphql.FieldContext, error) {
+			return ec.fieldContext_Voucher_solanaPayReference(ctx, field)
+		},
+		func(ctx context.Context) (any, error) {
+			return obj.SolanaPayReference, nil
+		},
+		nil,
+		func(ctx context.Context, selections ast.SelectionSet, v *string) graphql.Marshaler {
+			return ec.marshalOString2ᚖstring(ctx, selections, v)
+		},
+		true,
+		false,
+	)
+}
+func (ec *executionContext) fieldContext_Voucher_solanaPayReference(_ context.Context, field graphql.CollectedField) (fc *graphql.FieldContext, err error) {
+	return graphql.NewScalarFieldContext("Voucher", field, false, false, errors.New("field of type String does not have child fields"))
 }
 
 func (ec *executionContext) _VoucherConnection_edges(ctx context.Context, field graphql.CollectedField, obj *ent.VoucherConnection) (ret graphql.Marshaler) {
@@ -22178,6 +22211,8 @@ func (ec *executionContext) _Voucher(ctx context.Context, sel ast.SelectionSet, 
 			out.Values[i] = ec._Voucher_settlement(ctx, field, obj)
 		case "deposit":
 			out.Values[i] = ec._Voucher_deposit(ctx, field, obj)
+		case "solanaPayReference":
+			out.Values[i] = ec._Voucher_solanaPayReference(ctx, field, obj)
 		default:
 			panic("unknown field " + strconv.Quote(field.Name))
 		}

@@ -54,7 +54,10 @@ type Config struct {
 	// finance file's updatedAt) is no price.
 	PriceMaxAge time.Duration
 	// RPCTimeout bounds each request to a network's node.
-	RPCTimeout     time.Duration
+	RPCTimeout time.Duration
+	// SweepKey is VOUCHER_SWEEP_KEY (hex; a secret): the account that
+	// pays the gas of sweeping deposit addresses. Empty: no sweeping.
+	SweepKey       string
 	TrustedProxies string
 	// CORSOrigins are the browser origins allowed to call /api/v1 and
 	// /graphql (parsed and normalised by Load).
@@ -104,6 +107,7 @@ var Vars = []Var{
 	{"VOUCHER_TRUST_RECEIPTS", "trust-receipts", "false", "UNSAFE: in production, start even when a network with tokens has no rpcUrl (its receipts are then not checked on chain)"},
 	{"VOUCHER_PRICE_MAX_AGE", "price-max-age", "24h", "in production, a finance-file price older than this (against the file's updatedAt) is no price (400 rate_unavailable)"},
 	{"VOUCHER_RPC_TIMEOUT", "rpc-timeout", "10s", "bound on each request to a network's JSON-RPC node (and on the chain id check at start)"},
+	{"VOUCHER_SWEEP_KEY", "sweep-key", "", "hex private key of an account that only pays gas: flushes each checkout's deposit address to its payout wallet (networks with a depositFactory); unset: no sweeping"},
 	{"VOUCHER_TRUSTED_PROXIES", "trusted-proxies", "", "comma-separated CIDRs whose X-Forwarded-For is trusted for client addresses"},
 	{"VOUCHER_CORS_ORIGINS", "cors-origins", "", "comma-separated browser origins (scheme://host[:port]) allowed to call /api/v1 and /graphql and to open its websocket; empty = no cross-origin access"},
 	{"VOUCHER_LOG_LEVEL", "log-level", "info", "debug, info, warn or error"},
@@ -167,6 +171,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		FinanceFile:          get("VOUCHER_FINANCE_FILE"),
 		PriceMaxAge:          dur("VOUCHER_PRICE_MAX_AGE"),
 		RPCTimeout:           dur("VOUCHER_RPC_TIMEOUT"),
+		SweepKey:             get("VOUCHER_SWEEP_KEY"),
 		TrustedProxies:       get("VOUCHER_TRUSTED_PROXIES"),
 		LogLevel:             strings.ToLower(get("VOUCHER_LOG_LEVEL")),
 		ShutdownTimeout:      dur("VOUCHER_SHUTDOWN_TIMEOUT"),

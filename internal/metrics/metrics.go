@@ -225,6 +225,7 @@ type Settlement struct {
 	rpcCalls  *prometheus.CounterVec
 	rpcErrors *prometheus.CounterVec
 	head      *prometheus.GaugeVec
+	sweepFail *prometheus.CounterVec
 	lag       *prometheus.Desc
 	now       func() time.Time
 
@@ -242,7 +243,7 @@ func NewSettlement(reg prometheus.Registerer, networks []string) *Settlement {
 		}, []string{"network", "outcome"}),
 		rpcCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "voucherd_settlement_rpc_calls_total",
-			Help: "Chain RPC round trips made by the settlement watcher, by network and method (chain_id, head, transactions, block_hashes).",
+			Help: "Chain RPC round trips made by the settlement watcher, by network and method (chain_id, head, transactions, block_hashes, detect).",
 		}, []string{"network", "method"}),
 		rpcErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "voucherd_settlement_rpc_errors_total",
@@ -251,6 +252,10 @@ func NewSettlement(reg prometheus.Registerer, networks []string) *Settlement {
 		head: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "voucherd_settlement_head_block",
 			Help: "The newest block (EVM) or slot (Solana) the settlement watcher has seen, by network.",
+		}, []string{"network"}),
+		sweepFail: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "voucherd_settlement_sweep_failures_total",
+			Help: "Deposit addresses whose sweep failed (not sent, reverted, dropped, or moved nothing), by network; each is tried again and its funds stay at the deposit address.",
 		}, []string{"network"}),
 		lag: prometheus.NewDesc("voucherd_settlement_head_lag_seconds",
 			"Seconds since the settlement watcher last completed a check of the network's chain (rises while its node is unreachable or checks fail).",
@@ -261,15 +266,16 @@ func NewSettlement(reg prometheus.Registerer, networks []string) *Settlement {
 	start := s.now()
 	for _, n := range networks {
 		s.lastOK[n] = start
+		s.sweepFail.WithLabelValues(n)
 		for _, o := range []string{"ok", "error"} {
 			s.checks.WithLabelValues(n, o)
 		}
-		for _, m := range []string{"chain_id", "head", "transactions", "block_hashes"} {
+		for _, m := range []string{"chain_id", "head", "transactions", "block_hashes", "detect"} {
 			s.rpcCalls.WithLabelValues(n, m)
 			s.rpcErrors.WithLabelValues(n, m)
 		}
 	}
-	reg.MustRegister(s.checks, s.rpcCalls, s.rpcErrors, s.head, s)
+	reg.MustRegister(s.checks, s.rpcCalls, s.rpcErrors, s.head, s.sweepFail, s)
 	return s
 }
 
@@ -297,9 +303,52 @@ func (s *Settlement) Polled(network string, err error) {
 	s.mu.Unlock()
 }
 
-// Chain wraps a network's chain adapter so that every round trip is counted.
+// SweepFailed is settlement.Options.SweepFailed: addresses deposit
+// addresses of network whose sweep failed.
+func (s *Settlement) SweepFailed(network string, addresses int) {
+	s.sweepFail.WithLabelValues(network).Add(float64(addresses))
+}
+
+// Chain wraps a network's chain adapter so that every round trip is
+// counted. What the adapter adds (settlement.Detector, settlement.Scanner)
+// the wrapper keeps, counted as "detect".
 func (s *Settlement) Chain(network string, c settlement.Chain) settlement.Chain {
-	return &countedChain{s: s, network: network, c: c}
+	cc := &countedChain{s: s, network: network, c: c}
+	switch d := c.(type) {
+	case settlement.Scanner:
+		return &countedScanner{countedChain: cc, d: d}
+	case settlement.Detector:
+		return &countedDetector{countedChain: cc, d: d}
+	}
+	return cc
+}
+
+type countedDetector struct {
+	*countedChain
+	d settlement.Detector
+}
+
+func (c *countedDetector) Detect(ctx context.Context, after, upTo uint64, ws []settlement.Watch) ([]settlement.Found, error) {
+	f, err := c.d.Detect(ctx, after, upTo, ws)
+	c.count("detect", err)
+	return f, err
+}
+
+type countedScanner struct {
+	*countedChain
+	d settlement.Scanner
+}
+
+func (c *countedScanner) Detect(ctx context.Context, after, upTo uint64, ws []settlement.Watch) ([]settlement.Found, error) {
+	f, err := c.d.Detect(ctx, after, upTo, ws)
+	c.count("detect", err)
+	return f, err
+}
+
+func (c *countedScanner) Scan(ctx context.Context, after, upTo uint64, ws []settlement.Watch, heights []uint64) ([]settlement.Found, map[uint64]string, error) {
+	f, h, err := c.d.Scan(ctx, after, upTo, ws, heights)
+	c.count("detect", err)
+	return f, h, err
 }
 
 type countedChain struct {

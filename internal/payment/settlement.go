@@ -140,4 +140,8 @@ type Sweep struct {
 	// sweep covered: a later payment makes paidAmount larger, so another
 	// sweep is due (bookkeeping).
 	Swept string `json:"swept,omitempty"`
+	// InFlight is the flush transaction sent and not yet seen mined, and
+	// Target the paid amount it covers (bookkeeping).
+	InFlight string `json:"inFlight,omitempty"`
+	Target   string `json:"target,omitempty"`
 }

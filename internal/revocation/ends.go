@@ -126,9 +126,10 @@ func (e *Ends) Ready() bool {
 	return t == nil || time.Since(t.Heard()) < e.opts.Fresh
 }
 
-// Lost tells e that notifications may have been lost (the listener's
-// connection was re-established): every cache is cleared, since an end
-// sent meanwhile was not heard.
+// Lost tells e that notifications may have been lost (the listener
+// resyncs: its connection was re-established, a replica went silent or
+// said it dropped notifications): every cache is cleared, since an end sent
+// meanwhile may not have been heard.
 func (e *Ends) Lost() {
 	e.hooks.RLock()
 	fs := e.lost

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/settlementclaim"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -67,12 +68,12 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 		m := min(len(fresh), readChunk)
 		rows, err := s.db.Voucher.Query().Where(entvoucher.IDIn(fresh[:m]...)).
 			Select(entvoucher.FieldID, entvoucher.FieldExpectedPayment, entvoucher.FieldSuppliedPayment, entvoucher.FieldDeposit,
-				entvoucher.FieldPayments, entvoucher.FieldNetworks).All(ctx)
+				entvoucher.FieldPayments, entvoucher.FieldNetworks, entvoucher.FieldSolanaPayReference).All(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, v := range rows {
-			if v.Deposit == nil || v.ExpectedPayment == nil {
+			if !detectable(v) || v.ExpectedPayment == nil {
 				continue
 			}
 			d, err := dueOf(s.reg, v)
@@ -82,9 +83,17 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 			}
 			asset := Native
 			if !d.token.Native {
-				asset = strings.ToLower(d.token.CurrencyAddress)
+				asset = d.token.CurrencyAddress
 			}
-			next[v.ID] = &watchEntry{id: v.ID, watch: Watch{Address: strings.ToLower(v.Deposit.Address), Asset: asset}}
+			var w Watch
+			if v.SolanaPayReference != nil {
+				// Solana: the reference key and the mint, base58 (case
+				// matters).
+				w = Watch{Address: *v.SolanaPayReference, Asset: asset}
+			} else {
+				w = Watch{Address: strings.ToLower(v.Deposit.Address), Asset: strings.ToLower(asset)}
+			}
+			next[v.ID] = &watchEntry{id: v.ID, watch: w}
 		}
 		fresh = fresh[m:]
 	}
@@ -107,13 +116,23 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 // bring a payment that was not there; a payment already recorded is not
 // recorded twice), up to the head, at most maxScan blocks.
 func (n *watched) scanRange(head uint64) (after, upTo uint64) {
+	if n.typ == chain.TypeSolana {
+		// A reference's signatures cost one call whatever range they
+		// span, and a reference is fresh for its checkout: the first scan
+		// after a start takes every slot (payments made while the service
+		// was down are found however long that was; what is recorded
+		// already is not added twice), then each scan the slots since the
+		// last, up to the head. Confirmed slots are not rolled back, so
+		// there is no margin.
+		if n.scanned > head {
+			n.scanned = 0
+		}
+		return n.scanned, head
+	}
 	if n.scanned == 0 || n.scanned > head {
 		n.scanned = head - min(head, startLookback)
 	}
 	back := uint64(n.Confirmations)
-	if n.typ == chain.TypeSolana {
-		back = 0
-	}
 	after = n.scanned - min(n.scanned, back)
 	upTo = min(head, n.scanned+maxScan)
 	return after, upTo
@@ -188,12 +207,57 @@ func (s *Service) detected(ctx context.Context, n *watched, found []Found, vs []
 	if len(all) == 0 {
 		return nil, nil, nil
 	}
-	// No claim filters a detection: a deposit address is its checkout's
-	// alone (a fresh CREATE2 address), so a credit to it is that
-	// checkout's even when another voucher handed in the same hash first
-	// (one naming the deposit address as its own wallet could otherwise
-	// take a business's payment from its checkout), and one transaction
-	// paying several deposit addresses (a batched withdrawal) pays each.
+	// A deposit address is its checkout's alone (a fresh CREATE2 address),
+	// so no claim takes a credit to it away from that checkout: not a
+	// receipt another voucher handed in first (one naming the deposit
+	// address as its own wallet), nor another deposit address paid by the
+	// same transaction (a batched withdrawal pays each its own transfer).
+	// A checkout found by a Solana Pay reference is paid to the widget's
+	// own wallet, which its other checkouts share: there one transaction
+	// counts for one voucher at most, the first to claim it (within this
+	// poll, the first in chain order), as for submitted receipts.
+	var shared []string
+	for id, hs := range byID {
+		if rows[id].Deposit == nil {
+			shared = append(shared, hs...)
+		}
+	}
+	if len(shared) > 0 {
+		claims, err := s.db.SettlementClaim.Query().
+			Where(settlementclaim.Network(n.Name), settlementclaim.TransactionHashIn(shared...)).All(ctx)
+		if err != nil {
+			return nil, nil, err
+		}
+		taker := make(map[string]string, len(claims))
+		for _, c := range claims {
+			taker[c.TransactionHash] = c.VoucherID
+		}
+		for _, f := range found {
+			if id := n.byWatch[f.Watch]; id != "" && rows[id] != nil && rows[id].Deposit == nil && taker[f.Hash] == "" &&
+				slices.Contains(byID[id], f.Hash) {
+				taker[f.Hash] = id
+			}
+		}
+		for id, hs := range byID {
+			if rows[id].Deposit != nil {
+				continue
+			}
+			keep := hs[:0]
+			for _, h := range hs {
+				if t := taker[h]; t == id {
+					keep = append(keep, h)
+				} else {
+					s.log.WarnContext(ctx, "settlement: a detected payment is claimed by another voucher",
+						"network", n.Name, "transaction", h, "voucher", id, "claimedBy", t)
+				}
+			}
+			if len(keep) == 0 {
+				delete(byID, id)
+			} else {
+				byID[id] = keep
+			}
+		}
+	}
 	for id := range rows {
 		if byID[id] == nil {
 			delete(rows, id)
@@ -258,7 +322,7 @@ func (s *Service) commitDetections(ctx context.Context, n *watched, cs []change,
 		written = written[:0]
 		var evVouchers []*ent.Voucher
 		var evTypes [][]string
-		var claims []*ent.SettlementClaimCreate
+		var claims, depositClaims []*ent.SettlementClaimCreate
 		for _, c := range cs {
 			val, err := json.Marshal(c.next)
 			if err != nil {
@@ -302,20 +366,37 @@ func (s *Service) commitDetections(ctx context.Context, n *watched, cs []change,
 				name := n.Name
 				nv.SettlementNetwork = &name
 			}
+			if dep := s.sweepDue(n, c.v, c.next); dep != nil {
+				if err := s.markSweep(ctx, tx, n, &nv, dep); err != nil {
+					return err
+				}
+			}
 			for _, h := range c.detect.hashes {
-				claims = append(claims, tx.SettlementClaim.Create().SetNetwork(n.Name).SetTransactionHash(h).SetVoucherID(c.v.ID).SetCreatedAt(now))
+				cl := tx.SettlementClaim.Create().SetNetwork(n.Name).SetTransactionHash(h).SetVoucherID(c.v.ID).SetCreatedAt(now)
+				if c.v.Deposit != nil {
+					depositClaims = append(depositClaims, cl)
+				} else {
+					claims = append(claims, cl)
+				}
 			}
 			if len(c.events) > 0 {
 				evVouchers, evTypes = append(evVouchers, &nv), append(evTypes, c.events)
 			}
 			written = append(written, &nv)
 		}
-		// Claimed where no voucher has yet, so a later submit-payment
-		// naming one elsewhere is refused as claimed; a claim already there
-		// (another voucher's receipt, another deposit address paid by the
-		// same transaction) stays as it is and takes nothing from this one.
+		// A deposit address's payment is claimed where no voucher has
+		// claimed it yet, so a later submit-payment naming it on another
+		// voucher is refused; a claim already there stays and takes
+		// nothing from the checkout (detected). A reference's payment was
+		// checked unclaimed (detected): a claim made since (a concurrent
+		// resolve) fails the transaction, and the next poll drops it.
+		if len(depositClaims) > 0 {
+			if err := tx.SettlementClaim.CreateBulk(depositClaims...).OnConflict().DoNothing().Exec(ctx); err != nil {
+				return fmt.Errorf("settlement: claim detected transactions: %w", err)
+			}
+		}
 		if len(claims) > 0 {
-			if err := tx.SettlementClaim.CreateBulk(claims...).OnConflict().DoNothing().Exec(ctx); err != nil {
+			if err := tx.SettlementClaim.CreateBulk(claims...).Exec(ctx); err != nil {
 				return fmt.Errorf("settlement: claim detected transactions: %w", err)
 			}
 		}

@@ -7,12 +7,15 @@ package settlement_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"math/big"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ethereum/go-ethereum"
 	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/voucherd/voucherd/ent"
@@ -324,3 +327,137 @@ func (w *simWorld) widgetState(t *testing.T, c checkout) *widget.PublicState {
 // Detection's cost: with many open deposit addresses, a new block is at
 // most three round trips (head, the scan, the found transactions).
 var _ settlement.Scanner = nil
+
+// simSweeper flushes deposit addresses on the simulated chain with the
+// factory's flushMany, sent from an account that only pays gas, and reads
+// what moved from the Flushed logs (what the sweep key's sender does).
+type simSweeper struct {
+	w        *simWorld
+	fail     atomic.Bool // Send refuses (a node error, no gas)
+	failures atomic.Int64
+	sent     atomic.Int64
+}
+
+func (s *simSweeper) MaxBatch() int { return 30 }
+
+func (s *simSweeper) Send(ctx context.Context, orders []settlement.SweepOrder) (string, error) {
+	if s.fail.Load() {
+		return "", errors.New("insufficient funds for gas")
+	}
+	fs := make([]deposit.Flush, len(orders))
+	for i, o := range orders {
+		fs[i] = deposit.Flush{Payout: common.HexToAddress(o.Payout), Salt: deposit.Salt(o.VoucherID), Token: common.HexToAddress(o.Token)}
+	}
+	h, err := testchain.Send(ctx, s.w.sim.Client, s.w.other, &s.w.factory, nil, deposit.FlushManyData(fs), uint64(100_000+600_000*len(fs)))
+	if err != nil {
+		return "", err
+	}
+	s.sent.Add(1)
+	return h.Hex(), nil
+}
+
+func (s *simSweeper) Outcome(ctx context.Context, h string) (settlement.SweepOutcome, error) {
+	r, err := s.w.sim.Client.TransactionReceipt(ctx, common.HexToHash(h))
+	if err != nil {
+		return settlement.SweepOutcome{}, nil // not mined yet
+	}
+	if r.Status != 1 {
+		return settlement.SweepOutcome{}, settlement.ErrSweepFailed
+	}
+	out := settlement.SweepOutcome{Mined: true, Moved: map[string]*big.Int{}}
+	for _, l := range r.Logs {
+		if l.Address == s.w.factory && len(l.Topics) == 4 && l.Topics[0] == deposit.FlushedTopic {
+			out.Moved[strings.ToLower(common.BytesToAddress(l.Topics[1].Bytes()).Hex())] = new(big.Int).SetBytes(l.Data)
+		}
+	}
+	return out, nil
+}
+
+func (w *simWorld) sweep(t *testing.T) {
+	t.Helper()
+	if err := w.settle.Sweep(context.Background(), "devnet"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w *simWorld) balanceOf(t *testing.T, tk, who common.Address) *big.Int {
+	t.Helper()
+	data, err := testchain.TokenABI.Pack("balanceOf", who)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := w.sim.Client.CallContract(context.Background(), ethereum.CallMsg{To: &tk, Data: data}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return new(big.Int).SetBytes(out)
+}
+
+func TestSweepOnSimulatedChain(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *storage.DB) {
+		w := newSimWorldWith(t, db, true)
+		w.env.t = t
+		usdc := w.usdc.Hex()
+		payout := common.HexToAddress(payee)
+		before := w.balanceOf(t, w.usdc, payout)
+
+		c := w.checkout(t, "USDC", usdc, "2.5")
+		w.transfer(t, w.payer, w.usdc, c.addr(), "2.5", 6)
+		w.blocks(1)
+		w.sweep(t) // no verdict yet: nothing to sweep
+		if v := w.read(t, c); v.Deposit.Sweep.Status != payment.SweepNone || w.sweeper.sent.Load() != 0 {
+			t.Fatalf("swept before the verdict: %+v", v.Deposit.Sweep)
+		}
+		w.blocks(required)
+		w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "2.5", settlement.EventPending, settlement.EventConfirmed)
+		if v := w.read(t, c); v.Deposit.Sweep.Status != payment.SweepPending {
+			t.Fatalf("a verdict makes the sweep due: %+v", v.Deposit.Sweep)
+		}
+
+		// A failed send: FAILED, counted, the funds where they were.
+		w.sweeper.fail.Store(true)
+		w.sweep(t)
+		v := w.read(t, c)
+		if v.Deposit.Sweep.Status != payment.SweepFailed || w.sweeper.failures.Load() != 1 {
+			t.Fatalf("failed sweep: %+v (failures %d)", v.Deposit.Sweep, w.sweeper.failures.Load())
+		}
+		if got := w.balanceOf(t, w.usdc, common.HexToAddress(c.addr())); got.Cmp(units("2.5", 6)) != 0 {
+			t.Fatalf("deposit address holds %s after a failed sweep", got)
+		}
+		// Retried after its backoff: sent, then DONE once mined.
+		w.sweeper.fail.Store(false)
+		w.later(t, time.Hour)
+		w.sweep(t)
+		v = w.read(t, c)
+		if v.Deposit.Sweep.Status != payment.SweepPending || v.Deposit.Sweep.InFlight == "" {
+			t.Fatalf("sweep in flight: %+v", v.Deposit.Sweep)
+		}
+		w.sim.Commit()
+		w.sweep(t)
+		v = w.read(t, c)
+		if v.Deposit.Sweep.Status != payment.SweepDone || v.Deposit.Sweep.Amount != "2.5" || v.Deposit.Sweep.TransactionHash == "" || v.SweepNetwork != nil {
+			t.Fatalf("sweep done: %+v (watched %v)", v.Deposit.Sweep, v.SweepNetwork)
+		}
+		if got := new(big.Int).Sub(w.balanceOf(t, w.usdc, payout), before); got.Cmp(units("2.5", 6)) != 0 {
+			t.Fatalf("the payout received %s, want 2.5 USDC", got)
+		}
+		// A later payment to the same address: recorded, a new verdict,
+		// swept again.
+		w.transfer(t, w.other, w.usdc, c.addr(), "1", 6)
+		w.blocks(required)
+		v = w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementOverpaid, "3.5", settlement.EventPending, settlement.EventConfirmed, settlement.EventOverpaid)
+		if v.Deposit.Sweep.Status != payment.SweepPending {
+			t.Fatalf("a later payment makes a sweep due: %+v", v.Deposit.Sweep)
+		}
+		w.sweep(t)
+		w.sim.Commit()
+		w.sweep(t)
+		v = w.read(t, c)
+		if v.Deposit.Sweep.Status != payment.SweepDone || v.Deposit.Sweep.Amount != "1" || v.SweepNetwork != nil {
+			t.Fatalf("second sweep: %+v", v.Deposit.Sweep)
+		}
+		if got := new(big.Int).Sub(w.balanceOf(t, w.usdc, payout), before); got.Cmp(units("3.5", 6)) != 0 {
+			t.Fatalf("the payout received %s, want 3.5 USDC", got)
+		}
+	})
+}

@@ -20,7 +20,10 @@ type fakeChain struct {
 	head   uint64
 	blocks map[uint64]string
 	txs    map[string]settlement.Tx
-	down   bool
+	// byBlock lists the transactions of each block (set by the detection
+	// bench's scanningChain; nil elsewhere).
+	byBlock map[uint64][]string
+	down    bool
 	// calls counts round trips; asked counts the items asked for.
 	calls, asked int
 	// afterHead, when set, runs once after Head answers (a block arriving

@@ -49,7 +49,7 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 			observe(d, typ, t, tx, reserved, obs.head, next.RequiredConfirmations)
 			// A checkout's payment mined after it expired is late: still
 			// recorded and counted, and its events say so.
-			t.Late = v.Deposit != nil && tx.Found && !tx.BlockTime.IsZero() && !tx.BlockTime.Before(v.ExpiresAt)
+			t.Late = detectable(v) && tx.Found && !tx.BlockTime.IsZero() && !tx.BlockTime.Before(v.ExpiresAt)
 		} else if t.BlockNumber != nil && typ != chain.TypeSolana {
 			// Not looked up: its block is still canonical (see watcher).
 			t.Confirmations = confirmations(typ, obs.head, uint64(*t.BlockNumber), false, next.RequiredConfirmations)
@@ -68,10 +68,10 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 		}
 		tally(d, &next)
 	}
-	if v.Deposit != nil && next.Status == payment.SettlementUnderpaid && now.Before(v.ExpiresAt) {
+	if detectable(v) && next.Status == payment.SettlementUnderpaid && now.Before(v.ExpiresAt) {
 		// A partial payment to an open checkout: the customer may still
-		// pay the rest to the same address. The verdict waits for the sum
-		// or for the checkout's expiry.
+		// pay the rest to the same address (or with the same reference).
+		// The verdict waits for the sum or for the checkout's expiry.
 		next.Status = payment.SettlementPending
 	}
 	if anyMined(&next) && !next.SentEvent(EventPending) {
@@ -86,6 +86,11 @@ func judge(d due, typ string, v *ent.Voucher, cur *payment.Settlement, obs *obse
 	}
 	return &next, events
 }
+
+// detectable reports whether v is a checkout whose payments the watcher
+// finds by itself: one with a deposit address (EVM) or a Solana Pay
+// reference.
+func detectable(v *ent.Voucher) bool { return v.Deposit != nil || v.SolanaPayReference != nil }
 
 // observe sets t from the transaction as the chain shows it now.
 func observe(d due, typ string, t *payment.SettlementTransaction, tx Tx, reserved time.Time, head uint64, required int) {

@@ -14,6 +14,7 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/settlementclaim"
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -90,23 +91,31 @@ type Options struct {
 	// Polled hears the end of each of the watcher's checks of a network
 	// (metrics; internal/metrics.Settlement.Polled); nil: nobody.
 	Polled func(network string, err error)
-	Now    func() time.Time
-	Log    *slog.Logger
+	// Sweepers sweep the deposit addresses of the networks they are
+	// given for (VOUCHER_SWEEP_KEY); a network without one is not swept.
+	Sweepers map[string]Sweeper
+	// SweepFailed hears each deposit address whose sweep failed
+	// (metrics); nil: nobody.
+	SweepFailed func(network string, addresses int)
+	Now         func() time.Time
+	Log         *slog.Logger
 }
 
 // Service keeps vouchers' settlement: it opens one at resolve, and its
 // watcher moves it with what each network's chain shows.
 type Service struct {
-	db         *storage.DB
-	reg        *finance.Registry
-	networks   map[string]*watched
-	window     time.Duration
-	events     EventRecorder
-	pub        pubsub.Publisher
-	maxBackoff time.Duration
-	now        func() time.Time
-	log        *slog.Logger
-	polled     func(network string, err error)
+	db            *storage.DB
+	reg           *finance.Registry
+	networks      map[string]*watched
+	window        time.Duration
+	events        EventRecorder
+	pub           pubsub.Publisher
+	maxBackoff    time.Duration
+	now           func() time.Time
+	log           *slog.Logger
+	polled        func(network string, err error)
+	sweepers      map[string]Sweeper
+	onSweepFailed func(network string, addresses int)
 	// updateText is updateStatement in the database's dialect.
 	updateText string
 	// countsHead, countsRow, countsTail make countsStatement's text for a
@@ -165,6 +174,7 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 	s := &Service{
 		db: db, reg: reg, networks: map[string]*watched{}, window: o.Window, events: o.Events,
 		pub: o.Publisher, maxBackoff: o.MaxBackoff, log: o.Log, polled: o.Polled,
+		sweepers: o.Sweepers, onSweepFailed: o.SweepFailed,
 		now:        func() time.Time { return now().UTC().Truncate(time.Microsecond) },
 		updateText: db.Rebind(updateStatement),
 	}
@@ -181,7 +191,10 @@ func NewService(db *storage.DB, reg *finance.Registry, o Options) (*Service, err
 			n.PollInterval = DefaultPollInterval
 		}
 		w := &watched{Network: n, typ: fn.Type, wake: make(chan struct{}, 1)}
-		if d, ok := n.Chain.(Detector); ok {
+		// Detection is for networks whose checkouts have something to
+		// watch: deposit addresses (a depositFactory) or Solana Pay
+		// references; any other network's polls never read watches.
+		if d, ok := n.Chain.(Detector); ok && (fn.DepositFactory != "" || fn.Type == chain.TypeSolana) {
 			w.detector = d
 		}
 		s.networks[n.Name] = w

@@ -117,22 +117,26 @@ func newEnv(t testing.TB, db *storage.DB, chain *fakeChain) *env {
 }
 
 // newEnvOn is an env whose network is verified on c.
-func newEnvOn(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain) *env {
+func newEnvOn(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain, opts ...func(*settlement.Options)) *env {
 	t.Helper()
-	return newEnvConfirming(t, db, fin, network, c, required)
+	return newEnvConfirming(t, db, fin, network, c, required, opts...)
 }
 
 // newEnvConfirming is newEnvOn with another confirmation count.
-func newEnvConfirming(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain, confirmations int) *env {
+func newEnvConfirming(t testing.TB, db *storage.DB, fin *finance.Service, network string, c settlement.Chain, confirmations int, opts ...func(*settlement.Options)) *env {
 	t.Helper()
 	e := &env{t: t, db: db, network: network, fin: fin, clock: &clock{t: time.Now().UTC()}, pub: &published{}, confirmations: confirmations}
 	var err error
 	outbox := webhook.NewOutbox(db, webhook.OutboxOptions{View: func(v *ent.Voucher) any { return view.OfVoucher(v) }, Now: e.clock.Now})
 	e.outbox = outbox
-	e.settle, err = settlement.NewService(db, e.fin.Registry(), settlement.Options{
+	so := settlement.Options{
 		Networks: []settlement.Network{{Name: network, Chain: c, Confirmations: confirmations}},
 		Events:   outbox, Publisher: e.pub, Now: e.clock.Now,
-	})
+	}
+	for _, o := range opts {
+		o(&so)
+	}
+	e.settle, err = settlement.NewService(db, e.fin.Registry(), so)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,7 @@ type simWorld struct {
 	// factory is the deposit factory when the world has deposit
 	// addresses (newDepositWorld).
 	factory common.Address
+	sweeper *simSweeper
 }
 
 func newSimWorld(t *testing.T, db *storage.DB) *simWorld { return newSimWorldWith(t, db, false) }
@@ -102,7 +103,15 @@ func newSimWorldWith(t *testing.T, db *storage.DB, deposits bool) *simWorld {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.env = newEnvOn(t, db, fin, "devnet", c)
+	var opts []func(*settlement.Options)
+	if deposits {
+		w.sweeper = &simSweeper{w: w}
+		opts = append(opts, func(o *settlement.Options) {
+			o.Sweepers = map[string]settlement.Sweeper{"devnet": w.sweeper}
+			o.SweepFailed = func(_ string, k int) { w.sweeper.failures.Add(int64(k)) }
+		})
+	}
+	w.env = newEnvOn(t, db, fin, "devnet", c, opts...)
 	return w
 }
 

@@ -62,6 +62,7 @@ func (s *Service) watch(ctx context.Context, n *watched) {
 		if s.polled != nil && ctx.Err() == nil {
 			s.polled(n.Name, err)
 		}
+		s.sweepAfterPoll(ctx, n)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -251,6 +252,20 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 			continue
 		}
 		hs := detectedHashes[id]
+		if n.typ == chain.TypeSolana {
+			// A Solana Pay reference is found in every transaction that
+			// names it, whatever it moved (anyone may name a public key):
+			// one that moves none of the due currency to the payee is no
+			// payment of the checkout, and is neither recorded nor claimed.
+			hs = slices.DeleteFunc(slices.Clone(hs), func(h string) bool {
+				tx := obs.txs[h]
+				return tx.Found && (!tx.Success || paidBy(d, n.typ, tx).Sign() <= 0)
+			})
+			if len(hs) == 0 {
+				delete(detectedRows, id)
+				continue
+			}
+		}
 		// Resolve on the first payment mined before the checkout expired
 		// (as submit-payment would); anything else is recorded on the
 		// checkout as it stands (a later or a late payment).
@@ -442,6 +457,11 @@ func (s *Service) commit(ctx context.Context, n *watched, cs []change, now time.
 			nv.Settlement, nv.Version, nv.UpdatedAt = c.next, c.v.Version+1, now
 			if c.next.Final() {
 				nv.SettlementNetwork = nil
+			}
+			if dep := s.sweepDue(n, c.v, c.next); dep != nil {
+				if err := s.markSweep(ctx, tx, n, &nv, dep); err != nil {
+					return err
+				}
 			}
 			if len(c.events) > 0 {
 				evVouchers, evTypes = append(evVouchers, &nv), append(evTypes, c.events)

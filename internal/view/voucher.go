@@ -43,36 +43,39 @@ type Voucher struct {
 	// Deposit is a checkout's deposit address (networks with a deposit
 	// factory).
 	Deposit *Deposit `json:"deposit,omitempty"`
-	// WidgetID and Reference are set on checkouts (internal/widget).
-	WidgetID  *string      `json:"widgetId,omitempty"`
-	Reference *string      `json:"reference,omitempty"`
-	ExpiresAt apitime.Time `json:"expiresAt"`
-	CreatedAt apitime.Time `json:"createdAt"`
-	UpdatedAt apitime.Time `json:"updatedAt"`
+	// WidgetID and Reference are set on checkouts (internal/widget);
+	// SolanaPayReference on checkouts on a Solana network.
+	WidgetID           *string      `json:"widgetId,omitempty"`
+	Reference          *string      `json:"reference,omitempty"`
+	SolanaPayReference *string      `json:"solanaPayReference,omitempty"`
+	ExpiresAt          apitime.Time `json:"expiresAt"`
+	CreatedAt          apitime.Time `json:"createdAt"`
+	UpdatedAt          apitime.Time `json:"updatedAt"`
 }
 
 // OfVoucher renders v for REST.
 func OfVoucher(v *ent.Voucher) *Voucher {
 	out := &Voucher{
-		ID:              v.ID,
-		Code:            v.Code,
-		Status:          string(v.Status),
-		Version:         v.Version,
-		SessionID:       v.SessionID,
-		BusinessID:      v.BusinessID,
-		ExpectedPayment: v.ExpectedPayment,
-		SuppliedPayment: v.SuppliedPayment,
-		ExchangeRate:    v.ExchangeRate,
-		Networks:        v.Networks,
-		Payments:        v.Payments,
-		Extras:          v.Extras,
-		Receipts:        v.Receipts,
-		DiscardReason:   v.DiscardReason,
-		WidgetID:        v.WidgetID,
-		Reference:       v.Reference,
-		ExpiresAt:       apitime.From(v.ExpiresAt),
-		CreatedAt:       apitime.From(v.CreatedAt),
-		UpdatedAt:       apitime.From(v.UpdatedAt),
+		ID:                 v.ID,
+		Code:               v.Code,
+		Status:             string(v.Status),
+		Version:            v.Version,
+		SessionID:          v.SessionID,
+		BusinessID:         v.BusinessID,
+		ExpectedPayment:    v.ExpectedPayment,
+		SuppliedPayment:    v.SuppliedPayment,
+		ExchangeRate:       v.ExchangeRate,
+		Networks:           v.Networks,
+		Payments:           v.Payments,
+		Extras:             v.Extras,
+		Receipts:           v.Receipts,
+		DiscardReason:      v.DiscardReason,
+		WidgetID:           v.WidgetID,
+		Reference:          v.Reference,
+		SolanaPayReference: v.SolanaPayReference,
+		ExpiresAt:          apitime.From(v.ExpiresAt),
+		CreatedAt:          apitime.From(v.CreatedAt),
+		UpdatedAt:          apitime.From(v.UpdatedAt),
 	}
 	if v.Type != nil {
 		t := string(*v.Type)

@@ -119,11 +119,16 @@ type PublicCheckout struct {
 	Deposit *Deposit `json:"deposit,omitempty"`
 	// Remaining is what is left to pay while a partial payment is
 	// confirmed and the checkout is open.
-	Remaining       string       `json:"remaining,omitempty"`
+	Remaining string `json:"remaining,omitempty"`
+	// Late says a payment arrived after the checkout expired.
+	Late            bool         `json:"late,omitempty"`
 	TransactionHash *string      `json:"transactionHash,omitempty"`
 	ExpiresAt       apitime.Time `json:"expiresAt"`
 	PaymentURI      string       `json:"paymentUri"`
-	Version         int          `json:"version"`
+	// SolanaPayReference is a Solana checkout's reference key, also in
+	// PaymentURI: the watcher finds the payment by it.
+	SolanaPayReference string `json:"solanaPayReference,omitempty"`
+	Version            int    `json:"version"`
 }
 
 // OfPublicCheckout renders a checkout's public view.
@@ -134,7 +139,10 @@ func OfPublicCheckout(c *widget.PublicState) *PublicCheckout {
 		ID: v.ID, BusinessName: c.BusinessName, Amount: p.Amount, AmountAtomic: c.AmountAtomic,
 		Currency: p.Currency, CurrencyAddress: p.CurrencyAddress, Decimals: c.Token.Decimals, Native: c.Token.Native,
 		Network: p.Network, NetworkType: c.Network.Type, ChainID: c.Network.ChainID, PayeeAddress: p.Wallet.Address,
-		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, Late: v.Settlement.Late(), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+	}
+	if r := v.SolanaPayReference; r != nil {
+		out.SolanaPayReference = *r
 	}
 	for _, r := range v.Receipts {
 		if r.TransactionHash != "" {

@@ -34,7 +34,14 @@ type CheckoutInput struct {
 	// address: the expected payment's wallet becomes the deposit address,
 	// the voucher keeps the deposit, and the watcher looks for payments to
 	// it on WatchNetwork.
-	DepositFor   func(voucherID string) *payment.Deposit
+	DepositFor func(voucherID string) *payment.Deposit
+	// SolanaPayReference is a Solana checkout's reference key (base58 of
+	// 32 bytes), empty on other networks; the watcher looks for payments
+	// naming it on WatchNetwork.
+	SolanaPayReference string
+	// WatchNetwork is the network the watcher looks for the checkout's
+	// payments on (a checkout with a deposit address or a Solana Pay
+	// reference); empty for others.
 	WatchNetwork string
 }
 
@@ -83,8 +90,9 @@ func (s *Service) CreateCheckout(ctx context.Context, in CheckoutInput) (*ent.Vo
 				SetSessionID(in.SessionID).SetPayerID(payer).SetPayeeID(in.WidgetID).
 				SetBusinessID(in.BusinessID).SetWidgetID(in.WidgetID).
 				SetNillableReference(in.Reference).SetCheckoutTokenHash(in.TokenHash).
+				SetNillableSolanaPayReference(nonEmpty(in.SolanaPayReference)).
 				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now)
-			if dep != nil {
+			if in.WatchNetwork != "" {
 				c.SetWatchNetwork(in.WatchNetwork)
 			}
 			created, err = c.Save(ctx)
@@ -195,6 +203,35 @@ func (s *Service) SubmitCheckoutPayment(ctx context.Context, tokenHash, txHash s
 		// nothing, and the same transaction is never counted twice.
 		return v, nil
 	}
+	if v.SolanaPayReference != nil && v.Status == entvoucher.StatusRESOLVED && settles(v, txHash) {
+		// The watcher found this transaction by the checkout's reference
+		// (or the customer submitted it before): the same transaction is
+		// never counted twice. Another signature is a new receipt, refused
+		// as on any resolved voucher: a payment without the reference is
+		// not found by the watcher, so its hash only counts before resolve.
+		return v, nil
+	}
 	p := &auth.Principal{Kind: kindCheckout, ID: v.PayerID}
 	return s.resolve(ctx, p, v.ID, ResolveInput{Receipts: []ReceiptInput{{PaymentID: v.ExpectedPayment.ID, TransactionHash: &txHash}}})
+}
+
+// settles reports whether v's settlement already follows transaction h.
+func settles(v *ent.Voucher, h string) bool {
+	if v.Settlement == nil {
+		return false
+	}
+	for _, t := range v.Settlement.Transactions {
+		if t.TransactionHash == h {
+			return true
+		}
+	}
+	return false
+}
+
+// nonEmpty is s, or nil when s is empty (an absent optional column).
+func nonEmpty(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
 }

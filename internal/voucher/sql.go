@@ -31,7 +31,7 @@ var columns = []string{
 	entvoucher.FieldNetworks, entvoucher.FieldPayments, entvoucher.FieldExtras, entvoucher.FieldPayeeInfo,
 	entvoucher.FieldReceipts, entvoucher.FieldDiscardReason, entvoucher.FieldExpiresAt,
 	entvoucher.FieldSettlement, entvoucher.FieldSettlementNetwork,
-	entvoucher.FieldWidgetID, entvoucher.FieldReference, entvoucher.FieldDeposit,
+	entvoucher.FieldWidgetID, entvoucher.FieldReference, entvoucher.FieldDeposit, entvoucher.FieldSolanaPayReference,
 }
 
 var columnList = strings.Join(columns, ", ")
@@ -169,7 +169,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		expected, supplied, networks        []byte
 		payments, extras, payeeInfo, recpts []byte
 		settlement, deposit                 []byte
-		settlementNetwork                   sql.NullString
+		settlementNetwork, solanaPayRef     sql.NullString
 	)
 	dest := []any{
 		&v.ID, timeCol{&v.CreatedAt}, timeCol{&v.UpdatedAt}, &v.Code,
@@ -179,7 +179,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 		&networks, &payments, &extras, &payeeInfo,
 		&recpts, &discardReason, timeCol{&v.ExpiresAt},
 		&settlement, &settlementNetwork,
-		&widgetID, &reference, &deposit,
+		&widgetID, &reference, &deposit, &solanaPayRef,
 	}
 	if err := rows.Scan(dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
@@ -193,6 +193,7 @@ func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
 	v.SettlementNetwork = nullString(settlementNetwork)
 	v.WidgetID = nullString(widgetID)
 	v.Reference = nullString(reference)
+	v.SolanaPayReference = nullString(solanaPayRef)
 	if typ.Valid {
 		t := entvoucher.Type(typ.String)
 		v.Type = &t

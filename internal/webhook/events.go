@@ -127,7 +127,9 @@ func depositOf(v *ent.Voucher) deposit {
 		return d
 	}
 	d.network, d.currency, d.due = due.Network, due.Currency, due.Amount
-	if v.Status == voucher.StatusRESOLVED && v.Settlement != nil {
+	if v.Settlement != nil && (v.Status == voucher.StatusRESOLVED || v.Settlement.Verified) {
+		// Resolved, or a checkout paid to its deposit address after it
+		// expired (its settlement is the chain's).
 		d.paid = v.Settlement.PaidAmount
 	}
 	return d

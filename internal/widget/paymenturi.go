@@ -11,13 +11,15 @@ import (
 // data-payment-uri):
 //   - an EVM token, EIP-681: ethereum:<token>@<chainId>/transfer?address=<payee>&uint256=<atomic>
 //   - an EVM native currency: ethereum:<payee>@<chainId>?value=<wei>
-//   - Solana Pay: solana:<payee>?amount=<amount>[&spl-token=<mint>] (no
-//     spl-token for SOL)
+//   - Solana Pay (a transfer request): solana:<payee>?amount=<amount>
+//     [&spl-token=<mint>][&reference=<key>] (no spl-token for SOL; the
+//     checkout's reference key when it has one, which the wallet adds to
+//     the transfer so the watcher finds the payment by it)
 //
 // amount is the voucher's canonical decimal; atomic units are exact
 // (decimal shifted by the token's decimals, never a float). "" when the
 // amount cannot be read (never for a stored voucher).
-func PaymentURI(networkType, chainID string, native bool, currencyAddress, payee, amount string, decimals int32) string {
+func PaymentURI(networkType, chainID string, native bool, currencyAddress, payee, amount string, decimals int32, reference string) string {
 	d, err := money.Parse(amount, decimals)
 	if err != nil {
 		return ""
@@ -33,6 +35,9 @@ func PaymentURI(networkType, chainID string, native bool, currencyAddress, payee
 		u := "solana:" + payee + "?amount=" + url.QueryEscape(d.String())
 		if !native {
 			u += "&spl-token=" + url.QueryEscape(currencyAddress)
+		}
+		if reference != "" {
+			u += "&reference=" + url.QueryEscape(reference)
 		}
 		return u
 	}

@@ -16,6 +16,7 @@ import (
 	entwidget "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
+	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/money"
 	"github.com/voucherd/voucherd/internal/payment"
@@ -213,8 +214,16 @@ func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, i
 		},
 		Reference: in.Reference, TokenHash: hash,
 	}
-	if n, _ := s.reg.Network(tok.Network); n.DepositFactory != "" {
+	switch n, _ := s.reg.Network(tok.Network); {
+	case n.DepositFactory != "":
 		in2.WatchNetwork, in2.DepositFor = n.Name, DepositFor(n.DepositFactory, wallet)
+	case n.Type == chain.TypeSolana:
+		// The widget's wallet is paid directly; the reference names the
+		// checkout in the payment, and the watcher finds it by that.
+		if in2.SolanaPayReference, err = newSolanaPayReference(); err != nil {
+			return nil, apperr.InternalError(err)
+		}
+		in2.WatchNetwork = n.Name
 	}
 	vch, err := s.vouchers.CreateCheckout(ctx, in2)
 	if err != nil {
@@ -362,7 +371,11 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 			out.Remaining = money.Format(due.Sub(paid))
 		}
 	}
-	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals)
+	ref := ""
+	if v.SolanaPayReference != nil {
+		ref = *v.SolanaPayReference
+	}
+	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals, ref)
 	return out
 }
 

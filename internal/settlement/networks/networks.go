@@ -8,14 +8,18 @@ package networks
 
 import (
 	"context"
+	"crypto/ecdsa"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/ethereum/go-ethereum/common"
 
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/settlement/evm"
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/solana"
 )
 
@@ -28,6 +32,9 @@ type Options struct {
 	// Timeout bounds each RPC request (and the start-up check).
 	Timeout time.Duration
 	Log     *slog.Logger
+	// SweepKey (VOUCHER_SWEEP_KEY), when set, pays the gas of sweeping
+	// the deposit addresses of every network with a depositFactory.
+	SweepKey *ecdsa.PrivateKey
 }
 
 // Set is the dialed networks.
@@ -36,8 +43,11 @@ type Set struct {
 	// keyed by network name: what the settlement watcher polls.
 	Chains map[string]settlement.Chain
 	// Feeds reads price feeds, one per verified evm network.
-	Feeds   map[string]finance.FeedReader
-	closers []func()
+	Feeds map[string]finance.FeedReader
+	// Sweepers has one entry per network with a depositFactory, when
+	// Options.SweepKey is set.
+	Sweepers map[string]settlement.Sweeper
+	closers  []func()
 }
 
 // Close closes every connection.
@@ -59,7 +69,7 @@ func Dial(ctx context.Context, reg *finance.Registry, opt Options) (*Set, error)
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Set{Chains: map[string]settlement.Chain{}, Feeds: map[string]finance.FeedReader{}}
+	s := &Set{Chains: map[string]settlement.Chain{}, Feeds: map[string]finance.FeedReader{}, Sweepers: map[string]settlement.Sweeper{}}
 	for _, n := range reg.Networks() {
 		if n.RPCURL == "" {
 			if len(reg.Tokens(n.Name)) == 0 {
@@ -99,8 +109,40 @@ func Dial(ctx context.Context, reg *finance.Registry, opt Options) (*Set, error)
 		}
 		log.Info("network verified on chain", "network", n.Name, "chainId", n.ChainID,
 			"confirmations", n.Confirmations, "pollInterval", n.PollInterval.String())
+		if n.DepositFactory != "" {
+			if err := depositFactory(ctx, s, n, c, opt, log); err != nil {
+				s.Close()
+				return nil, fmt.Errorf("network %q: depositFactory: %w", n.Name, err)
+			}
+		}
 	}
 	return s, nil
+}
+
+// depositFactory checks n's deposit factory on its node (code there, and
+// its depositAddress equal to this build's: otherwise checkouts would show
+// addresses no flush reaches) and, with a sweep key, makes n's sweeper.
+func depositFactory(ctx context.Context, s *Set, n finance.Network, c settlement.Chain, opt Options, log *slog.Logger) error {
+	ec, ok := c.(*evm.Chain)
+	if !ok {
+		return fmt.Errorf("deposit addresses need an evm network")
+	}
+	cctx, cancel := context.WithTimeout(ctx, opt.Timeout)
+	defer cancel()
+	if opt.SweepKey == nil {
+		if err := deposit.Verify(cctx, ec.RPC(), common.HexToAddress(n.DepositFactory)); err != nil {
+			return err
+		}
+		log.Info("deposit addresses not swept (no VOUCHER_SWEEP_KEY): their funds wait for anyone's flush", "network", n.Name, "depositFactory", n.DepositFactory)
+		return nil
+	}
+	sw, err := evm.NewSweeper(cctx, ec, n.DepositFactory, opt.SweepKey)
+	if err != nil {
+		return err
+	}
+	s.Sweepers[n.Name] = sw
+	log.Info("deposit addresses swept", "network", n.Name, "depositFactory", n.DepositFactory, "sweepAccount", sw.Account())
+	return nil
 }
 
 func dial(ctx context.Context, n finance.Network, timeout time.Duration) (settlement.Chain, func(), error) {

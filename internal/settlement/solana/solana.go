@@ -1,6 +1,7 @@
-// Package solana is the settlement.Chain adapter for Solana over its
-// JSON-RPC API: a small client (net/http + encoding/json, batch requests)
-// rather than a full SDK, since the adapter needs five read methods.
+// Package solana is the settlement.Chain and settlement.Detector adapter
+// for Solana over its JSON-RPC API: a small client (net/http +
+// encoding/json, batch requests) rather than a full SDK, since the adapter
+// needs six read methods.
 //
 //   - Transactions: getTransaction (jsonParsed, maxSupportedTransactionVersion
 //     0, commitment confirmed) per signature and one getSignatureStatuses,
@@ -9,6 +10,8 @@
 //   - Head: getSlot (confirmed). ChainID: getGenesisHash.
 //   - BlockHashes: getBlock per slot in one batch; a skipped or not
 //     (yet/any more) available slot is absent.
+//   - Detect: getSignaturesForAddress (confirmed) per Solana Pay reference
+//     key, batches sent side by side (detect.go).
 //
 // Credits come from the balance changes the node records for the
 // transaction: for each (owner, mint) the post minus pre SPL token balance

@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,18 @@ type fixture struct {
 		Value   map[string]json.RawMessage `json:"value"`
 	} `json:"getSignatureStatuses"`
 	Blocks map[string]json.RawMessage `json:"getBlock"`
+	// From testdata/references.json.
+	Signatures map[string][]sigEntry `json:"getSignaturesForAddress"`
+}
+
+// sigEntry is one getSignaturesForAddress entry.
+type sigEntry struct {
+	BlockTime          int64           `json:"blockTime"`
+	ConfirmationStatus string          `json:"confirmationStatus"`
+	Err                json.RawMessage `json:"err"`
+	Memo               *string         `json:"memo"`
+	Signature          string          `json:"signature"`
+	Slot               uint64          `json:"slot"`
 }
 
 // node serves the fixture as a Solana JSON-RPC endpoint, checking that the
@@ -38,6 +51,30 @@ type node struct {
 	requests atomic.Int64
 	fail     atomic.Bool
 	srv      *httptest.Server
+	// slot is the node's confirmed slot (getSlot; minContextSlot is
+	// checked against it): the fixture's unless a test moves it.
+	slot atomic.Uint64
+	// onSignatures, when set, sees each getSignaturesForAddress batch's
+	// HTTP request before it is answered (the requests counter already
+	// counts it).
+	onSignatures func()
+	// extra are more getSignaturesForAddress lists, newest first, made by
+	// a test (a reference with more than a page of mentions).
+	extra map[string][]sigEntry
+	// asked records each getSignaturesForAddress call's params.
+	mu    sync.Mutex
+	asked []sigParams
+}
+
+// sigParams are a getSignaturesForAddress call's params.
+type sigParams struct {
+	Address string
+	Opt     struct {
+		Commitment     string  `json:"commitment"`
+		Limit          *int    `json:"limit"`
+		MinContextSlot *uint64 `json:"minContextSlot"`
+		Before         string  `json:"before"`
+	}
 }
 
 func newNode(t *testing.T) *node {
@@ -50,6 +87,22 @@ func newNode(t *testing.T) *node {
 	if err := json.Unmarshal(b, &n.fx); err != nil {
 		t.Fatal(err)
 	}
+	var refs struct {
+		Names      map[string]string     `json:"names"`
+		Signatures map[string][]sigEntry `json:"getSignaturesForAddress"`
+	}
+	b, err = os.ReadFile("testdata/references.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &refs); err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range refs.Names {
+		n.fx.Names[k] = v
+	}
+	n.fx.Signatures = refs.Signatures
+	n.slot.Store(n.fx.Slot)
 	n.srv = httptest.NewServer(http.HandlerFunc(n.serve))
 	t.Cleanup(n.srv.Close)
 	return n
@@ -72,6 +125,12 @@ func (n *node) serve(w http.ResponseWriter, r *http.Request) {
 		n.t.Errorf("the adapter sent a non-batch or bad body: %v", err)
 		http.Error(w, "bad", 400)
 		return
+	}
+	for _, q := range reqs {
+		if q.Method == "getSignaturesForAddress" && n.onSignatures != nil {
+			n.onSignatures()
+			break
+		}
 	}
 	var out []map[string]any
 	for _, q := range reqs {
@@ -98,7 +157,9 @@ func (n *node) answer(q rpcReq) (any, any) {
 	case "getGenesisHash":
 		return n.fx.GenesisHash, nil
 	case "getSlot":
-		return n.fx.Slot, nil
+		return n.slot.Load(), nil
+	case "getSignaturesForAddress":
+		return n.signatures(q)
 	case "getTransaction":
 		var opt struct {
 			Encoding string `json:"encoding"`

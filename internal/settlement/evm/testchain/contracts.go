@@ -77,6 +77,31 @@ var DevKeys = []string{
 	"47e179ec197488593b187f80a00eb0da91f1b9d0b13f8733639f19c30a34926a",
 }
 
+// DevFactoryDeployerKey and DevSweepKey are anvil's and hardhat's default
+// accounts 8 and 9 (same mnemonic; public: test money only). The dev chain
+// prefunds both; the first creates the deposit factory at its nonce 0, so
+// the factory's address is the same on the dev chain and on a fresh anvil
+// (DevFactory); the second is the dev sweep key (gas only).
+const (
+	DevFactoryDeployerKey = "dbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97"
+	DevSweepKey           = "2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6"
+)
+
+// KeyAccount returns a hex key's Account.
+func KeyAccount(hexKey string) Account {
+	k, err := crypto.HexToECDSA(hexKey)
+	if err != nil {
+		panic(err)
+	}
+	return Account{Key: k, Address: crypto.PubkeyToAddress(k.PublicKey)}
+}
+
+// DevFactory is where DevFactoryDeployerKey's first transaction, the
+// deposit factory's creation, puts it.
+func DevFactory() common.Address {
+	return crypto.CreateAddress(KeyAccount(DevFactoryDeployerKey).Address, 0)
+}
+
 // Account is a key and its address.
 type Account struct {
 	Key     *ecdsa.PrivateKey
@@ -84,13 +109,7 @@ type Account struct {
 }
 
 // DevAccount returns DevKeys[i] as an Account.
-func DevAccount(i int) Account {
-	k, err := crypto.HexToECDSA(DevKeys[i])
-	if err != nil {
-		panic(err)
-	}
-	return Account{Key: k, Address: crypto.PubkeyToAddress(k.PublicKey)}
-}
+func DevAccount(i int) Account { return KeyAccount(DevKeys[i]) }
 
 // NewAccount makes a fresh random account (unfunded).
 func NewAccount() Account {
@@ -107,12 +126,13 @@ type Backend interface {
 	ethereum.ChainIDReader
 	ethereum.PendingStateReader
 	ethereum.GasPricer
+	ethereum.GasPricer1559
 	ethereum.GasEstimator
 	ethereum.TransactionSender
 	ethereum.TransactionReader
 }
 
-// Send signs and sends a legacy transaction from `from` to `to` (nil:
+// Send signs and sends an EIP-1559 transaction from `from` to `to` (nil:
 // contract creation) with value and data. gas 0 estimates it; a fixed gas
 // lets a test send a transaction that will revert (estimation refuses
 // those). It returns the transaction's hash without waiting for a block.
@@ -156,11 +176,19 @@ func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *c
 	if err != nil {
 		return common.Hash{}, err
 	}
+	// An EIP-1559 transaction tipping what the node suggests, with room for
+	// the base fee to double. (A legacy transaction priced at twice the
+	// suggested gas price fed back into anvil's suggestion, which follows
+	// the tips recently paid: the price doubled with every block.)
+	tip, err := b.SuggestGasTipCap(ctx)
+	if err != nil {
+		return common.Hash{}, err
+	}
 	price, err := b.SuggestGasPrice(ctx)
 	if err != nil {
 		return common.Hash{}, err
 	}
-	price = new(big.Int).Mul(price, big.NewInt(2)) // head room for a rising base fee
+	feeCap := new(big.Int).Add(new(big.Int).Mul(price, big.NewInt(2)), tip)
 	if value == nil {
 		value = new(big.Int)
 	}
@@ -171,7 +199,7 @@ func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *c
 		}
 		gas += gas / 4
 	}
-	tx := types.NewTx(&types.LegacyTx{Nonce: nonce, GasPrice: price, Gas: gas, To: to, Value: value, Data: data})
+	tx := types.NewTx(&types.DynamicFeeTx{ChainID: chainID, Nonce: nonce, GasTipCap: tip, GasFeeCap: feeCap, Gas: gas, To: to, Value: value, Data: data})
 	signed, err := types.SignTx(tx, types.LatestSignerForChainID(chainID), from.Key)
 	if err != nil {
 		return common.Hash{}, err

@@ -1,0 +1,173 @@
+package checkoutpage_test
+
+import (
+	"context"
+	"fmt"
+	"math/big"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	"github.com/ethereum/go-ethereum/common"
+
+	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
+	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+	"github.com/voucherd/voucherd/testsupport/testbrowser"
+	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testserver"
+)
+
+// deployFactory puts the deposit factory on the chain.
+func (c *chain) deployFactory(t *testing.T) common.Address {
+	t.Helper()
+	ctx := context.Background()
+	h, err := testchain.Send(ctx, c.sim.Client, testchain.DevAccount(0), nil, nil, deposit.FactoryCode, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Commit()
+	rc, err := c.sim.Client.TransactionReceipt(ctx, h)
+	if err != nil || rc.Status != 1 {
+		t.Fatalf("deploy the factory: %v %v", rc, err)
+	}
+	return rc.ContractAddress
+}
+
+// depositFinanceFile is financeFile with the network's depositFactory.
+func (c *chain) depositFinanceFile(t *testing.T, factory common.Address) string {
+	t.Helper()
+	b, err := os.ReadFile(c.financeFile(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Replace(string(b), `"pollInterval": "200ms"}`, fmt.Sprintf(`"pollInterval": "200ms", "depositFactory": %q}`, factory.Hex()), 1)
+	p := filepath.Join(t.TempDir(), "finance-deposits.json")
+	if err := os.WriteFile(p, []byte(f), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// PayTo sends atomic units of the token from the payer to addr, as a
+// phone wallet that scanned the QR code does: nobody hands the hash back.
+func (c *chain) PayTo(t *testing.T, addr string, atomic int64) {
+	t.Helper()
+	if _, err := testchain.Send(context.Background(), c.sim.Client, c.payer, &c.token, nil, testchain.TransferData(common.HexToAddress(addr), big.NewInt(atomic)), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type depositState struct {
+	Status, Address, Remaining string
+	RemainingShown, LateShown  bool
+	PayShown                   bool
+}
+
+const readDeposit = `(() => {
+  const root = document.getElementById("checkout");
+  const rest = document.querySelector("[data-remaining-line]");
+  const late = document.querySelector("[data-late]");
+  return {
+    Status: root.dataset.status,
+    Address: document.querySelector("[data-address]").dataset.address,
+    Remaining: document.querySelector("[data-remaining-amount]").textContent,
+    RemainingShown: !rest.hidden && rest.offsetParent !== null,
+    LateShown: !late.hidden && late.offsetParent !== null,
+    PayShown: document.querySelector("section.pay").offsetParent !== null,
+  };
+})()`
+
+// The page of a checkout with a deposit address, through the real binary
+// on the simulated chain: a payment sent to the address shown, with no
+// hash handed back, moves the page to pending then confirmed, and the
+// business's receiver verifies each event; a partial payment shows what
+// remains; a payment after expiry is shown as late.
+func TestCheckoutPageDetectsPayments(t *testing.T) {
+	b := testbrowser.Start(t)
+	for _, dialect := range testdb.Dialects {
+		t.Run(dialect, func(t *testing.T) {
+			t.Parallel()
+			c := newChain(t)
+			factory := c.deployFactory(t)
+			srv := testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": c.depositFinanceFile(t, factory)}})
+			s := newShop(t, srv, "local")
+
+			t.Run("qr payment with no hash", func(t *testing.T) {
+				co := s.Checkout(t, "7.25")
+				tb := tab(t, b)
+				open(t, tb, srv, co)
+				var st depositState
+				tb.Eval(t, readDeposit, &st)
+				want := deposit.ForVoucher(factory, payee, co.id).Hex()
+				if st.Status != "awaiting_payment" || st.Address != want {
+					t.Fatalf("page %+v, want the deposit address %s", st, want)
+				}
+				c.PayTo(t, st.Address, 7_250_000)
+				c.Commit()
+				waitStatus(t, tb, "pending")
+				c.Commit()
+				waitStatus(t, tb, "confirmed")
+				s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 7.25", "deposit.confirmed 7.25")
+				shot(t, tb, dialect+"-detected.png")
+			})
+
+			t.Run("partial then the rest", func(t *testing.T) {
+				co := s.Checkout(t, "10")
+				tb := tab(t, b)
+				open(t, tb, srv, co)
+				var st depositState
+				tb.Eval(t, readDeposit, &st)
+				c.PayTo(t, st.Address, 4_000_000)
+				c.Commit()
+				c.Commit()
+				waitStatus(t, tb, "pending")
+				tb.Run(t, chromedp.WaitVisible(`[data-remaining-line]`))
+				tb.Eval(t, readDeposit, &st)
+				if st.Remaining != "6" || !st.RemainingShown || !st.PayShown {
+					t.Fatalf("after a partial payment the page shows %+v", st)
+				}
+				shot(t, tb, dialect+"-partial.png")
+				c.PayTo(t, st.Address, 6_000_000)
+				c.Commit()
+				c.Commit()
+				waitStatus(t, tb, "confirmed")
+				tb.Eval(t, readDeposit, &st)
+				if st.RemainingShown {
+					t.Fatalf("confirmed page still shows a remainder: %+v", st)
+				}
+				s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 4", "deposit.confirmed 10")
+			})
+		})
+	}
+	t.Run("late", func(t *testing.T) {
+		c := newChain(t)
+		factory := c.deployFactory(t)
+		srv := testserver.Start(t, testserver.Options{Dialect: testdb.Dialects[0], Env: map[string]string{
+			"VOUCHER_FINANCE_FILE": c.depositFinanceFile(t, factory), "VOUCHER_VOUCHER_TTL": "5s", "VOUCHER_SWEEP_INTERVAL": "1s",
+		}})
+		s := newShop(t, srv, "local")
+		co := s.Checkout(t, "3")
+		tb := tab(t, b)
+		open(t, tb, srv, co)
+		var st depositState
+		tb.Eval(t, readDeposit, &st)
+		waitStatus(t, tb, "expired")
+		// Block times are whole seconds: one past expiresAt is after it.
+		time.Sleep(1500 * time.Millisecond)
+		c.PayTo(t, st.Address, 3_000_000)
+		c.Commit()
+		waitStatus(t, tb, "pending")
+		tb.Run(t, chromedp.WaitVisible(`[data-late]`))
+		c.Commit()
+		waitStatus(t, tb, "confirmed")
+		tb.Eval(t, readDeposit, &st)
+		if !st.LateShown {
+			t.Fatalf("late payment not shown: %+v", st)
+		}
+		shot(t, tb, "late.png")
+		s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 3 late", "deposit.confirmed 3 late")
+	})
+}
