@@ -1,8 +1,8 @@
 package main_test
 
-// End-to-end tests: the real voucherd binary (testsupport/testserver), on
-// SQLite and PostgreSQL, used as a business's dashboard and its server
-// would use it.
+// API key end-to-end tests: the real voucherd binary
+// (testsupport/testserver), on SQLite and PostgreSQL, used as a business's
+// dashboard and its server would use it.
 
 import (
 	"encoding/json"
