@@ -19,6 +19,7 @@ import (
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
+	"github.com/voucherd/voucherd/ent/detectioncursor"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
 	"github.com/voucherd/voucherd/ent/idempotencykey"
@@ -49,6 +50,8 @@ type Client struct {
 	BusinessUser *BusinessUserClient
 	// DeliveryAttempt is the client for interacting with the DeliveryAttempt builders.
 	DeliveryAttempt *DeliveryAttemptClient
+	// DetectionCursor is the client for interacting with the DetectionCursor builders.
+	DetectionCursor *DetectionCursorClient
 	// Device is the client for interacting with the Device builders.
 	Device *DeviceClient
 	// Event is the client for interacting with the Event builders.
@@ -90,6 +93,7 @@ func (c *Client) init() {
 	c.Business = NewBusinessClient(c.config)
 	c.BusinessUser = NewBusinessUserClient(c.config)
 	c.DeliveryAttempt = NewDeliveryAttemptClient(c.config)
+	c.DetectionCursor = NewDetectionCursorClient(c.config)
 	c.Device = NewDeviceClient(c.config)
 	c.Event = NewEventClient(c.config)
 	c.IdempotencyKey = NewIdempotencyKeyClient(c.config)
@@ -199,6 +203,7 @@ func (c *Client) Tx(ctx context.Context) (*Tx, error) {
 		Business:          NewBusinessClient(cfg),
 		BusinessUser:      NewBusinessUserClient(cfg),
 		DeliveryAttempt:   NewDeliveryAttemptClient(cfg),
+		DetectionCursor:   NewDetectionCursorClient(cfg),
 		Device:            NewDeviceClient(cfg),
 		Event:             NewEventClient(cfg),
 		IdempotencyKey:    NewIdempotencyKeyClient(cfg),
@@ -235,6 +240,7 @@ func (c *Client) BeginTx(ctx context.Context, opts *sql.TxOptions) (*Tx, error) 
 		Business:          NewBusinessClient(cfg),
 		BusinessUser:      NewBusinessUserClient(cfg),
 		DeliveryAttempt:   NewDeliveryAttemptClient(cfg),
+		DetectionCursor:   NewDetectionCursorClient(cfg),
 		Device:            NewDeviceClient(cfg),
 		Event:             NewEventClient(cfg),
 		IdempotencyKey:    NewIdempotencyKeyClient(cfg),
@@ -277,10 +283,10 @@ func (c *Client) Close() error {
 // In order to add hooks to a specific client, call: `client.Node.Use(...)`.
 func (c *Client) Use(hooks ...Hook) {
 	for _, n := range []interface{ Use(...Hook) }{
-		c.APIKey, c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
-		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
-		c.WebhookEndpoint, c.Widget,
+		c.APIKey, c.Business, c.BusinessUser, c.DeliveryAttempt, c.DetectionCursor,
+		c.Device, c.Event, c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket,
+		c.Setting, c.SettlementClaim, c.User, c.Voucher, c.VoucherSession,
+		c.WebhookDelivery, c.WebhookEndpoint, c.Widget,
 	} {
 		n.Use(hooks...)
 	}
@@ -290,10 +296,10 @@ func (c *Client) Use(hooks ...Hook) {
 // In order to add interceptors to a specific client, call: `client.Node.Intercept(...)`.
 func (c *Client) Intercept(interceptors ...Interceptor) {
 	for _, n := range []interface{ Intercept(...Interceptor) }{
-		c.APIKey, c.Business, c.BusinessUser, c.DeliveryAttempt, c.Device, c.Event,
-		c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket, c.Setting,
-		c.SettlementClaim, c.User, c.Voucher, c.VoucherSession, c.WebhookDelivery,
-		c.WebhookEndpoint, c.Widget,
+		c.APIKey, c.Business, c.BusinessUser, c.DeliveryAttempt, c.DetectionCursor,
+		c.Device, c.Event, c.IdempotencyKey, c.InteropSubmission, c.RateLimitBucket,
+		c.Setting, c.SettlementClaim, c.User, c.Voucher, c.VoucherSession,
+		c.WebhookDelivery, c.WebhookEndpoint, c.Widget,
 	} {
 		n.Intercept(interceptors...)
 	}
@@ -310,6 +316,8 @@ func (c *Client) Mutate(ctx context.Context, m Mutation) (Value, error) {
 		return c.BusinessUser.mutate(ctx, m)
 	case *DeliveryAttemptMutation:
 		return c.DeliveryAttempt.mutate(ctx, m)
+	case *DetectionCursorMutation:
+		return c.DetectionCursor.mutate(ctx, m)
 	case *DeviceMutation:
 		return c.Device.mutate(ctx, m)
 	case *EventMutation:
@@ -1014,6 +1022,139 @@ func (c *DeliveryAttemptClient) mutate(ctx context.Context, m *DeliveryAttemptMu
 		return (&DeliveryAttemptDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
 	default:
 		return nil, fmt.Errorf("ent: unknown DeliveryAttempt mutation op: %q", m.Op())
+	}
+}
+
+// DetectionCursorClient is a client for the DetectionCursor schema.
+type DetectionCursorClient struct {
+	config
+}
+
+// NewDetectionCursorClient returns a client for the DetectionCursor from the given config.
+func NewDetectionCursorClient(c config) *DetectionCursorClient {
+	return &DetectionCursorClient{config: c}
+}
+
+// Use adds a list of mutation hooks to the hooks stack.
+// A call to `Use(f, g, h)` equals to `detectioncursor.Hooks(f(g(h())))`.
+func (c *DetectionCursorClient) Use(hooks ...Hook) {
+	c.hooks.DetectionCursor = append(c.hooks.DetectionCursor, hooks...)
+}
+
+// Intercept adds a list of query interceptors to the interceptors stack.
+// A call to `Intercept(f, g, h)` equals to `detectioncursor.Intercept(f(g(h())))`.
+func (c *DetectionCursorClient) Intercept(interceptors ...Interceptor) {
+	c.inters.DetectionCursor = append(c.inters.DetectionCursor, interceptors...)
+}
+
+// Create returns a builder for creating a DetectionCursor entity.
+func (c *DetectionCursorClient) Create() *DetectionCursorCreate {
+	mutation := newDetectionCursorMutation(c.config, OpCreate)
+	return &DetectionCursorCreate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// CreateBulk returns a builder for creating a bulk of DetectionCursor entities.
+func (c *DetectionCursorClient) CreateBulk(builders ...*DetectionCursorCreate) *DetectionCursorCreateBulk {
+	return &DetectionCursorCreateBulk{config: c.config, builders: builders}
+}
+
+// MapCreateBulk creates a bulk creation builder from the given slice. For each item in the slice, the function creates
+// a builder and applies setFunc on it.
+func (c *DetectionCursorClient) MapCreateBulk(slice any, setFunc func(*DetectionCursorCreate, int)) *DetectionCursorCreateBulk {
+	rv := reflect.ValueOf(slice)
+	if rv.Kind() != reflect.Slice {
+		return &DetectionCursorCreateBulk{err: fmt.Errorf("calling to DetectionCursorClient.MapCreateBulk with wrong type %T, need slice", slice)}
+	}
+	builders := make([]*DetectionCursorCreate, rv.Len())
+	for i := 0; i < rv.Len(); i++ {
+		builders[i] = c.Create()
+		setFunc(builders[i], i)
+	}
+	return &DetectionCursorCreateBulk{config: c.config, builders: builders}
+}
+
+// Update returns an update builder for DetectionCursor.
+func (c *DetectionCursorClient) Update() *DetectionCursorUpdate {
+	mutation := newDetectionCursorMutation(c.config, OpUpdate)
+	return &DetectionCursorUpdate{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOne returns an update builder for the given entity.
+func (c *DetectionCursorClient) UpdateOne(_m *DetectionCursor) *DetectionCursorUpdateOne {
+	mutation := newDetectionCursorMutation(c.config, OpUpdateOne, withDetectionCursor(_m))
+	return &DetectionCursorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// UpdateOneID returns an update builder for the given id.
+func (c *DetectionCursorClient) UpdateOneID(id string) *DetectionCursorUpdateOne {
+	mutation := newDetectionCursorMutation(c.config, OpUpdateOne, withDetectionCursorID(id))
+	return &DetectionCursorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// Delete returns a delete builder for DetectionCursor.
+func (c *DetectionCursorClient) Delete() *DetectionCursorDelete {
+	mutation := newDetectionCursorMutation(c.config, OpDelete)
+	return &DetectionCursorDelete{config: c.config, hooks: c.Hooks(), mutation: mutation}
+}
+
+// DeleteOne returns a builder for deleting the given entity.
+func (c *DetectionCursorClient) DeleteOne(_m *DetectionCursor) *DetectionCursorDeleteOne {
+	return c.DeleteOneID(_m.ID)
+}
+
+// DeleteOneID returns a builder for deleting the given entity by its id.
+func (c *DetectionCursorClient) DeleteOneID(id string) *DetectionCursorDeleteOne {
+	builder := c.Delete().Where(detectioncursor.ID(id))
+	builder.mutation.id = &id
+	builder.mutation.op = OpDeleteOne
+	return &DetectionCursorDeleteOne{builder}
+}
+
+// Query returns a query builder for DetectionCursor.
+func (c *DetectionCursorClient) Query() *DetectionCursorQuery {
+	return &DetectionCursorQuery{
+		config: c.config,
+		ctx:    &QueryContext{Type: TypeDetectionCursor},
+		inters: c.Interceptors(),
+	}
+}
+
+// Get returns a DetectionCursor entity by its id.
+func (c *DetectionCursorClient) Get(ctx context.Context, id string) (*DetectionCursor, error) {
+	return c.Query().Where(detectioncursor.ID(id)).Only(ctx)
+}
+
+// GetX is like Get, but panics if an error occurs.
+func (c *DetectionCursorClient) GetX(ctx context.Context, id string) *DetectionCursor {
+	obj, err := c.Get(ctx, id)
+	if err != nil {
+		panic(err)
+	}
+	return obj
+}
+
+// Hooks returns the client hooks.
+func (c *DetectionCursorClient) Hooks() []Hook {
+	return c.hooks.DetectionCursor
+}
+
+// Interceptors returns the client interceptors.
+func (c *DetectionCursorClient) Interceptors() []Interceptor {
+	return c.inters.DetectionCursor
+}
+
+func (c *DetectionCursorClient) mutate(ctx context.Context, m *DetectionCursorMutation) (Value, error) {
+	switch m.Op() {
+	case OpCreate:
+		return (&DetectionCursorCreate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdate:
+		return (&DetectionCursorUpdate{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpUpdateOne:
+		return (&DetectionCursorUpdateOne{config: c.config, hooks: c.Hooks(), mutation: m}).Save(ctx)
+	case OpDelete, OpDeleteOne:
+		return (&DetectionCursorDelete{config: c.config, hooks: c.Hooks(), mutation: m}).Exec(ctx)
+	default:
+		return nil, fmt.Errorf("ent: unknown DetectionCursor mutation op: %q", m.Op())
 	}
 }
 
@@ -2925,14 +3066,16 @@ func (c *WidgetClient) mutate(ctx context.Context, m *WidgetMutation) (Value, er
 // hooks and interceptors per client, for fast access.
 type (
 	hooks struct {
-		APIKey, Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
-		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
-		VoucherSession, WebhookDelivery, WebhookEndpoint, Widget []ent.Hook
+		APIKey, Business, BusinessUser, DeliveryAttempt, DetectionCursor, Device, Event,
+		IdempotencyKey, InteropSubmission, RateLimitBucket, Setting, SettlementClaim,
+		User, Voucher, VoucherSession, WebhookDelivery, WebhookEndpoint,
+		Widget []ent.Hook
 	}
 	inters struct {
-		APIKey, Business, BusinessUser, DeliveryAttempt, Device, Event, IdempotencyKey,
-		InteropSubmission, RateLimitBucket, Setting, SettlementClaim, User, Voucher,
-		VoucherSession, WebhookDelivery, WebhookEndpoint, Widget []ent.Interceptor
+		APIKey, Business, BusinessUser, DeliveryAttempt, DetectionCursor, Device, Event,
+		IdempotencyKey, InteropSubmission, RateLimitBucket, Setting, SettlementClaim,
+		User, Voucher, VoucherSession, WebhookDelivery, WebhookEndpoint,
+		Widget []ent.Interceptor
 	}
 )
 

@@ -16,6 +16,7 @@ import (
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
+	"github.com/voucherd/voucherd/ent/detectioncursor"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
 	"github.com/voucherd/voucherd/ent/idempotencykey"
@@ -93,6 +94,7 @@ func checkColumn(t, c string) error {
 			business.Table:          business.ValidColumn,
 			businessuser.Table:      businessuser.ValidColumn,
 			deliveryattempt.Table:   deliveryattempt.ValidColumn,
+			detectioncursor.Table:   detectioncursor.ValidColumn,
 			device.Table:            device.ValidColumn,
 			event.Table:             event.ValidColumn,
 			idempotencykey.Table:    idempotencykey.ValidColumn,

@@ -9,6 +9,7 @@ import (
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
+	"github.com/voucherd/voucherd/ent/detectioncursor"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
 	"github.com/voucherd/voucherd/ent/idempotencykey"
@@ -201,6 +202,16 @@ func init() {
 			return nil
 		}
 	}()
+	detectioncursorFields := schema.DetectionCursor{}.Fields()
+	_ = detectioncursorFields
+	// detectioncursorDescHeight is the schema descriptor for height field.
+	detectioncursorDescHeight := detectioncursorFields[1].Descriptor()
+	// detectioncursor.HeightValidator is a validator for the "height" field. It is called by the builders before save.
+	detectioncursor.HeightValidator = detectioncursorDescHeight.Validators[0].(func(int64) error)
+	// detectioncursorDescID is the schema descriptor for id field.
+	detectioncursorDescID := detectioncursorFields[0].Descriptor()
+	// detectioncursor.IDValidator is a validator for the "id" field. It is called by the builders before save.
+	detectioncursor.IDValidator = detectioncursorDescID.Validators[0].(func(string) error)
 	deviceMixin := schema.Device{}.Mixin()
 	deviceMixinFields0 := deviceMixin[0].Fields()
 	_ = deviceMixinFields0

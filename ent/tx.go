@@ -22,6 +22,8 @@ type Tx struct {
 	BusinessUser *BusinessUserClient
 	// DeliveryAttempt is the client for interacting with the DeliveryAttempt builders.
 	DeliveryAttempt *DeliveryAttemptClient
+	// DetectionCursor is the client for interacting with the DetectionCursor builders.
+	DetectionCursor *DetectionCursorClient
 	// Device is the client for interacting with the Device builders.
 	Device *DeviceClient
 	// Event is the client for interacting with the Event builders.
@@ -183,6 +185,7 @@ func (tx *Tx) init() {
 	tx.Business = NewBusinessClient(tx.config)
 	tx.BusinessUser = NewBusinessUserClient(tx.config)
 	tx.DeliveryAttempt = NewDeliveryAttemptClient(tx.config)
+	tx.DetectionCursor = NewDetectionCursorClient(tx.config)
 	tx.Device = NewDeviceClient(tx.config)
 	tx.Event = NewEventClient(tx.config)
 	tx.IdempotencyKey = NewIdempotencyKeyClient(tx.config)

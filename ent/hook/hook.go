@@ -57,6 +57,18 @@ func (f DeliveryAttemptFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Va
 	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DeliveryAttemptMutation", m)
 }
 
+// The DetectionCursorFunc type is an adapter to allow the use of ordinary
+// function as DetectionCursor mutator.
+type DetectionCursorFunc func(context.Context, *ent.DetectionCursorMutation) (ent.Value, error)
+
+// Mutate calls f(ctx, m).
+func (f DetectionCursorFunc) Mutate(ctx context.Context, m ent.Mutation) (ent.Value, error) {
+	if mv, ok := m.(*ent.DetectionCursorMutation); ok {
+		return f(ctx, mv)
+	}
+	return nil, fmt.Errorf("unexpected mutation type %T. expect *ent.DetectionCursorMutation", m)
+}
+
 // The DeviceFunc type is an adapter to allow the use of ordinary
 // function as Device mutator.
 type DeviceFunc func(context.Context, *ent.DeviceMutation) (ent.Value, error)

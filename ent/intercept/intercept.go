@@ -12,6 +12,7 @@ import (
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
+	"github.com/voucherd/voucherd/ent/detectioncursor"
 	"github.com/voucherd/voucherd/ent/device"
 	"github.com/voucherd/voucherd/ent/event"
 	"github.com/voucherd/voucherd/ent/idempotencykey"
@@ -190,6 +191,33 @@ func (f TraverseDeliveryAttempt) Traverse(ctx context.Context, q ent.Query) erro
 		return f(ctx, q)
 	}
 	return fmt.Errorf("unexpected query type %T. expect *ent.DeliveryAttemptQuery", q)
+}
+
+// The DetectionCursorFunc type is an adapter to allow the use of ordinary function as a Querier.
+type DetectionCursorFunc func(context.Context, *ent.DetectionCursorQuery) (ent.Value, error)
+
+// Query calls f(ctx, q).
+func (f DetectionCursorFunc) Query(ctx context.Context, q ent.Query) (ent.Value, error) {
+	if q, ok := q.(*ent.DetectionCursorQuery); ok {
+		return f(ctx, q)
+	}
+	return nil, fmt.Errorf("unexpected query type %T. expect *ent.DetectionCursorQuery", q)
+}
+
+// The TraverseDetectionCursor type is an adapter to allow the use of ordinary function as Traverser.
+type TraverseDetectionCursor func(context.Context, *ent.DetectionCursorQuery) error
+
+// Intercept is a dummy implementation of Intercept that returns the next Querier in the pipeline.
+func (f TraverseDetectionCursor) Intercept(next ent.Querier) ent.Querier {
+	return next
+}
+
+// Traverse calls f(ctx, q).
+func (f TraverseDetectionCursor) Traverse(ctx context.Context, q ent.Query) error {
+	if q, ok := q.(*ent.DetectionCursorQuery); ok {
+		return f(ctx, q)
+	}
+	return fmt.Errorf("unexpected query type %T. expect *ent.DetectionCursorQuery", q)
 }
 
 // The DeviceFunc type is an adapter to allow the use of ordinary function as a Querier.
@@ -554,6 +582,8 @@ func NewQuery(q ent.Query) (Query, error) {
 		return &query[*ent.BusinessUserQuery, predicate.BusinessUser, businessuser.OrderOption]{typ: ent.TypeBusinessUser, tq: q}, nil
 	case *ent.DeliveryAttemptQuery:
 		return &query[*ent.DeliveryAttemptQuery, predicate.DeliveryAttempt, deliveryattempt.OrderOption]{typ: ent.TypeDeliveryAttempt, tq: q}, nil
+	case *ent.DetectionCursorQuery:
+		return &query[*ent.DetectionCursorQuery, predicate.DetectionCursor, detectioncursor.OrderOption]{typ: ent.TypeDetectionCursor, tq: q}, nil
 	case *ent.DeviceQuery:
 		return &query[*ent.DeviceQuery, predicate.Device, device.OrderOption]{typ: ent.TypeDevice, tq: q}, nil
 	case *ent.EventQuery:

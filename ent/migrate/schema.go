@@ -128,6 +128,18 @@ var (
 			},
 		},
 	}
+	// DetectionCursorsColumns holds the columns for the "detection_cursors" table.
+	DetectionCursorsColumns = []*schema.Column{
+		{Name: "id", Type: field.TypeString},
+		{Name: "height", Type: field.TypeInt64},
+		{Name: "updated_at", Type: field.TypeTime},
+	}
+	// DetectionCursorsTable holds the schema information for the "detection_cursors" table.
+	DetectionCursorsTable = &schema.Table{
+		Name:       "detection_cursors",
+		Columns:    DetectionCursorsColumns,
+		PrimaryKey: []*schema.Column{DetectionCursorsColumns[0]},
+	}
 	// DevicesColumns holds the columns for the "devices" table.
 	DevicesColumns = []*schema.Column{
 		{Name: "id", Type: field.TypeString, Size: 64},
@@ -566,6 +578,7 @@ var (
 		BusinessesTable,
 		BusinessUsersTable,
 		DeliveryAttemptsTable,
+		DetectionCursorsTable,
 		DevicesTable,
 		EventsTable,
 		IdempotencyKeysTable,

@@ -18,6 +18,9 @@ type BusinessUser func(*sql.Selector)
 // DeliveryAttempt is the predicate function for deliveryattempt builders.
 type DeliveryAttempt func(*sql.Selector)
 
+// DetectionCursor is the predicate function for detectioncursor builders.
+type DetectionCursor func(*sql.Selector)
+
 // Device is the predicate function for device builders.
 type Device func(*sql.Selector)
 

@@ -226,3 +226,22 @@ func (InteropSubmission) Indexes() []ent.Index {
 func (InteropSubmission) Annotations() []schema.Annotation {
 	return []schema.Annotation{entgql.Skip()}
 }
+
+// DetectionCursor is how far a network's detection has scanned (the last
+// block or slot whose payments to watched addresses are recorded): a
+// restart, or another replica taking the network's poll over, scans on
+// from there, so a payment made while the service was down is still found.
+type DetectionCursor struct{ ent.Schema }
+
+func (DetectionCursor) Fields() []ent.Field {
+	return []ent.Field{
+		// id is the finance file's network name.
+		field.String("id").NotEmpty().Immutable(),
+		field.Int64("height").NonNegative(),
+		field.Time("updated_at"),
+	}
+}
+
+func (DetectionCursor) Annotations() []schema.Annotation {
+	return []schema.Annotation{entgql.Skip()}
+}

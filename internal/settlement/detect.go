@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/detectioncursor"
 	"github.com/voucherd/voucherd/ent/settlementclaim"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/chain"
@@ -33,8 +34,9 @@ const (
 	// maxScan bounds the blocks one poll scans (a watcher catching up after
 	// a pause scans in steps of it, one per poll).
 	maxScan = 64
-	// startLookback is how far back the first scan after a start reaches:
-	// payments mined while the service was briefly down are still found.
+	// startLookback is how far back the very first scan of a network
+	// reaches (no cursor recorded yet); after that each scan goes on from
+	// the recorded cursor, however long the service was down.
 	startLookback = 256
 )
 
@@ -109,6 +111,37 @@ func (s *Service) watchList(ctx context.Context, n *watched, now time.Time) ([]W
 		}
 	}
 	return n.watchList, nil
+}
+
+// readCursor takes the detection cursor of n from the database (what the
+// last scan on any replica, before a restart too, recorded): a replica
+// that polls n after another, or after a pause, scans on from there instead
+// of from its own memory, so no block is left unscanned. One primary-key
+// read a poll on a network with watches.
+func (s *Service) readCursor(ctx context.Context, n *watched) error {
+	c, err := s.db.DetectionCursor.Get(ctx, n.Name)
+	if ent.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	n.scanned, n.saved = uint64(c.Height), uint64(c.Height)
+	return nil
+}
+
+// saveCursor records how far n's detection has scanned, once it moved.
+func (s *Service) saveCursor(ctx context.Context, n *watched, now time.Time) error {
+	if n.scanned == n.saved {
+		return nil
+	}
+	err := s.db.DetectionCursor.Create().SetID(n.Name).SetHeight(int64(n.scanned)).SetUpdatedAt(now).
+		OnConflictColumns(detectioncursor.FieldID).UpdateNewValues().Exec(ctx)
+	if err != nil {
+		return err
+	}
+	n.saved = n.scanned
+	return nil
 }
 
 // scanRange is the blocks this poll scans: from the last scanned height,

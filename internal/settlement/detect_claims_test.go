@@ -6,15 +6,18 @@ package settlement_test
 // withdrawal) or another voucher got the transaction's hash first.
 
 import (
+	"context"
 	"math/big"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ethereum/go-ethereum/common"
 
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/settlement"
+	"github.com/voucherd/voucherd/internal/settlement/evm"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/testsupport/testdb"
@@ -63,5 +66,42 @@ func TestDetectionOwnsItsDepositAddress(t *testing.T) {
 				t.Fatalf("the checkout records its payment: %+v", v.Settlement.Transactions)
 			}
 		})
+	})
+}
+
+// TestDetectionAfterALongStop: a payment made while the service was down,
+// however many blocks ago, is found when it comes back: the detection
+// cursor is kept in the database, so the restarted watcher (a new
+// Service, nothing in memory) scans on from the last scanned block.
+func TestDetectionAfterALongStop(t *testing.T) {
+	testdb.Each(t, func(t *testing.T, db *storage.DB) {
+		w := newSimWorldWith(t, db, true)
+		w.env.t = t
+		c := w.checkout(t, "USDC", w.usdc.Hex(), "6")
+		w.blocks(1) // scanned: the cursor is recorded
+		// Down: the payment, then far more blocks than a first scan
+		// would look back over.
+		w.transfer(t, w.payer, w.usdc, c.addr(), "6", 6)
+		for i := 0; i < 400; i++ {
+			w.sim.Commit()
+		}
+		c2, err := evm.Dial(context.Background(), w.rpcURL, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c2.Close()
+		restarted, err := settlement.NewService(db, w.fin.Registry(), settlement.Options{
+			Networks: []settlement.Network{{Name: "devnet", Chain: c2, Confirmations: required}},
+			Events:   w.outbox, Publisher: w.pub, Now: w.clock.Now,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.settle = restarted
+		// It catches up a bounded number of blocks a poll.
+		for i := 0; i < 10; i++ {
+			w.poll()
+		}
+		w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "6", settlement.EventPending, settlement.EventConfirmed)
 	})
 }

@@ -141,12 +141,14 @@ type watched struct {
 
 	// Detection (networks whose chain is a Detector): the watched
 	// checkouts by id, their watches in a stable order and by watch, and
-	// the last height scanned.
+	// the last height scanned (and the last one recorded in the database:
+	// detection_cursors).
 	detector  Detector
 	watches   map[string]*watchEntry
 	watchList []Watch
 	byWatch   map[Watch]string
 	scanned   uint64
+	saved     uint64
 }
 
 // NewService returns the settlement service over db, for the networks of

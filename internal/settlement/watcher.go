@@ -180,6 +180,9 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 	var blocks map[uint64]string
 	scannedTo := n.scanned
 	if len(watches) > 0 {
+		if err := s.readCursor(ctx, n); err != nil {
+			return fmt.Errorf("settlement: %s: detection cursor: %w", n.Name, err)
+		}
 		after, upTo := n.scanRange(head)
 		if sc, ok := n.detector.(Scanner); ok {
 			found, blocks, err = sc.Scan(ctx, after, upTo, watches, heights)
@@ -337,6 +340,9 @@ func (s *Service) poll(ctx context.Context, n *watched) error {
 		// Everything found up to scannedTo is recorded: the next scan
 		// starts there (less the reorg margin).
 		n.scanned = scannedTo
+		if err := s.saveCursor(ctx, n, now); err != nil {
+			errs = append(errs, fmt.Errorf("settlement: %s: detection cursor: %w", n.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }
