@@ -112,6 +112,31 @@ func TestCheckoutPageDetectsPayments(t *testing.T) {
 				waitStatus(t, tb, "confirmed")
 				s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 7.25", "deposit.confirmed 7.25")
 				shot(t, tb, dialect+"-detected.png")
+				// The voucher and the checkout's public view show the
+				// deposit (each answer checked against the OpenAPI document).
+				var v struct {
+					Status   string `json:"status"`
+					Receipts []struct {
+						TransactionHash string `json:"transactionHash"`
+					} `json:"receipts"`
+					Deposit struct {
+						Address, PayoutAddress string
+						Sweep                  struct{ Status string }
+					} `json:"deposit"`
+					Settlement struct {
+						Transactions []struct{ Detected bool } `json:"transactions"`
+					} `json:"settlement"`
+				}
+				r := srv.Do(t, "GET", "/api/v1/vouchers/"+co.id, s.owner.Token, nil)
+				r.JSON(t, &v)
+				if v.Status != "RESOLVED" || v.Deposit.Address != want || v.Deposit.PayoutAddress != payee.Hex() || v.Deposit.Sweep.Status != "NONE" ||
+					len(v.Receipts) != 1 || len(v.Settlement.Transactions) != 1 || !v.Settlement.Transactions[0].Detected {
+					t.Fatalf("voucher: %s", r.Body)
+				}
+				r = srv.Do(t, "GET", "/api/v1/checkout/"+co.token, "", nil)
+				if r.Status != 200 || !strings.Contains(string(r.Body), `"deposit":{"address":"`+want+`"`) {
+					t.Fatalf("public view: %d %s", r.Status, r.Body)
+				}
 			})
 
 			t.Run("partial then the rest", func(t *testing.T) {

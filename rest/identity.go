@@ -16,7 +16,7 @@ func (s *server) signUp(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, res)
+	return ok(w, view.OfAuth(res))
 }
 
 func (s *server) signIn(w http.ResponseWriter, r *http.Request) error {
@@ -28,7 +28,7 @@ func (s *server) signIn(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, res)
+	return ok(w, view.OfAuth(res))
 }
 
 func (s *server) createSession(w http.ResponseWriter, r *http.Request) error {

@@ -159,7 +159,7 @@ func (s *server) interopInit(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, sub)
+	return ok(w, view.OfSubmission(sub))
 }
 
 func (s *server) currencies(w http.ResponseWriter, r *http.Request) error {
@@ -167,7 +167,7 @@ func (s *server) currencies(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, list)
+	return ok(w, view.List(list, view.OfCurrency))
 }
 
 func (s *server) rates(w http.ResponseWriter, r *http.Request) error {
@@ -175,5 +175,5 @@ func (s *server) rates(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	return ok(w, rates)
+	return ok(w, view.OfRates(rates))
 }

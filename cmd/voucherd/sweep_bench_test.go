@@ -84,7 +84,6 @@ func BenchmarkSweeps100(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var hs []common.Hash
 		for i := range ids {
 			r := s.DoWith(b, "POST", "/api/v1/widgets/"+widgetID+"/create-checkout", "", map[string]any{"network": "anvil", "currency": "USDC", "amount": "1"},
 				http.Header{"X-Client-Secret": {secret}})
@@ -97,12 +96,10 @@ func BenchmarkSweeps100(b *testing.B) {
 			}
 			r.JSON(b, &v)
 			ids[i] = v.ID
-			h, err := testchain.SendNonce(ctx, c, payer, nonce, &token, nil, testchain.TransferData(common.HexToAddress(v.ExpectedPayment.Wallet.Address), big.NewInt(1_000_000)), 0)
-			if err != nil {
+			if _, err := testchain.SendNonce(ctx, c, payer, nonce, &token, nil, testchain.TransferData(common.HexToAddress(v.ExpectedPayment.Wallet.Address), big.NewInt(1_000_000)), 0); err != nil {
 				b.Fatal(err)
 			}
 			nonce++
-			hs = append(hs, h)
 		}
 		sent := time.Now()
 		hashes := map[string]bool{}

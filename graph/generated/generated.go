@@ -4186,7 +4186,7 @@ type SettlementTransaction {
   confirmations: Int!
   "what this transaction paid of the due currency"
   amount: Decimal
-  "true when the watcher found it paying the checkout's deposit address (no receipt named it)"
+  "true when the watcher found it paying the checkout's deposit address, or naming its Solana Pay reference (no receipt named it)"
   detected: Boolean!
   "true when it was mined after the voucher's expiresAt"
   late: Boolean!

@@ -83,7 +83,8 @@ const (
 // Verified reports whether receipts on n are checked on chain.
 func (n Network) Verified() bool { return n.RPCURL != "" }
 
-// Token is one currency on one network, as the currencies route shows it.
+// Token is one currency on one network. Its JSON names are the finance file's (config.go); REST shows a token
+// as view.Currency.
 type Token struct {
 	Network         string `json:"network"`
 	Currency        string `json:"currency"`

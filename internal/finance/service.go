@@ -89,23 +89,24 @@ func (s *Service) Currencies(_ context.Context, network string) ([]Token, error)
 	return s.reg.Tokens(network), nil
 }
 
-// Rates is the body of GET /api/v1/finance/rates.
+// Rates are the USD prices of the registry's currencies (REST renders
+// them as view.OfRates).
 type Rates struct {
-	Base  string            `json:"base"`
-	Rates map[string]string `json:"rates"`
+	Base  string
+	Rates map[string]string
 	// UpdatedAt is RFC 3339 in UTC with milliseconds: the oldest of the
 	// prices listed.
-	UpdatedAt string `json:"updatedAt"`
+	UpdatedAt string
 	// Sources says, for each currency in Rates, where its price comes from
 	// ("feed": a Chainlink-compatible aggregator; "file": the finance file)
 	// and when it was observed.
-	Sources map[string]RateSource `json:"sources"`
+	Sources map[string]RateSource
 }
 
-// RateSource is one price's origin in GET /api/v1/finance/rates.
+// RateSource is one price's origin.
 type RateSource struct {
-	Source    string `json:"source"`
-	UpdatedAt string `json:"updatedAt"`
+	Source    string
+	UpdatedAt string
 }
 
 // Rates serves GET /api/v1/finance/rates: the USD price of every currency in

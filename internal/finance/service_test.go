@@ -338,10 +338,12 @@ func TestRates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The domain value, marshalled with its Go names (REST's JSON names
+	// are view.OfRates', checked by rest's tests).
 	b, _ := json.Marshal(r)
-	f := `{"source":"file","updatedAt":"2026-01-01T00:00:00.000Z"}`
-	want := `{"base":"USD","rates":{"DAI":"1","ETH":"3000","POL":"0.5","SOL":"150","USDC":"1","USDT":"1"},"updatedAt":"2026-01-01T00:00:00.000Z",` +
-		`"sources":{"DAI":` + f + `,"ETH":` + f + `,"POL":` + f + `,"SOL":` + f + `,"USDC":` + f + `,"USDT":` + f + `}}`
+	f := `{"Source":"file","UpdatedAt":"2026-01-01T00:00:00.000Z"}`
+	want := `{"Base":"USD","Rates":{"DAI":"1","ETH":"3000","POL":"0.5","SOL":"150","USDC":"1","USDT":"1"},"UpdatedAt":"2026-01-01T00:00:00.000Z",` +
+		`"Sources":{"DAI":` + f + `,"ETH":` + f + `,"POL":` + f + `,"SOL":` + f + `,"USDC":` + f + `,"USDT":` + f + `}}`
 	if string(b) != want {
 		t.Errorf("rates = %s\nwant    %s", b, want)
 	}
@@ -354,8 +356,8 @@ func TestRates(t *testing.T) {
 		t.Fatal(err)
 	}
 	b, _ = json.Marshal(r)
-	f = `{"source":"file","updatedAt":"2026-03-04T03:06:07.891Z"}`
-	want = `{"base":"USD","rates":{"A18":"1.5","B18":"0.000000000000000001"},"updatedAt":"2026-03-04T03:06:07.891Z","sources":{"A18":` + f + `,"B18":` + f + `}}`
+	f = `{"Source":"file","UpdatedAt":"2026-03-04T03:06:07.891Z"}`
+	want = `{"Base":"USD","Rates":{"A18":"1.5","B18":"0.000000000000000001"},"UpdatedAt":"2026-03-04T03:06:07.891Z","Sources":{"A18":` + f + `,"B18":` + f + `}}`
 	if string(b) != want {
 		t.Errorf("rates = %s\nwant    %s", b, want)
 	}

@@ -87,20 +87,21 @@ func (d *Data) UnmarshalJSON(b []byte) error {
 
 // Authorization is the token part of a sign-in response.
 type Authorization struct {
-	Token     string       `json:"token"`
-	ExpiresAt apitime.Time `json:"expiresAt"`
+	Token     string
+	ExpiresAt apitime.Time
 }
 
 // Account names the signed-in user or device.
 type Account struct {
-	ID   string `json:"id"`
-	Type string `json:"type"`
+	ID   string
+	Type string
 }
 
-// Result is what sign-in and sign-up return.
+// Result is what sign-in and sign-up return (REST renders it as
+// view.OfAuth, GraphQL through the schema).
 type Result struct {
-	Authorization Authorization `json:"authorization"`
-	User          *Account      `json:"user,omitempty"`
+	Authorization Authorization
+	User          *Account
 }
 
 // Viewer describes the caller.

@@ -60,7 +60,8 @@ type SettlementTransaction struct {
 	Amount string `json:"amount,omitempty"`
 
 	// Detected says the watcher found the transaction paying the
-	// checkout's deposit address (no receipt named it).
+	// checkout's deposit address, or naming its Solana Pay reference (no
+	// receipt named it).
 	Detected bool `json:"detected,omitempty"`
 	// Late says the transaction was mined after the voucher's expiresAt.
 	Late bool `json:"late,omitempty"`

@@ -17,6 +17,7 @@ import (
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/apitime"
 	"github.com/voucherd/voucherd/internal/payment"
+	"github.com/voucherd/voucherd/internal/voucher"
 )
 
 // Voucher is the REST view of a voucher: fields that do not apply to its
@@ -140,8 +141,8 @@ type SettlementTransaction struct {
 	BlockNumber     *int64 `json:"blockNumber,omitempty"`
 	Confirmations   int    `json:"confirmations"`
 	Amount          string `json:"amount,omitempty"`
-	// Detected: found by the watcher paying the deposit address, no
-	// receipt named it. Late: mined after the voucher's expiresAt.
+	// Detected: found by the watcher paying the deposit address or
+	// naming the Solana Pay reference, no receipt named it. Late: mined after the voucher's expiresAt.
 	Detected bool `json:"detected,omitempty"`
 	Late     bool `json:"late,omitempty"`
 }
@@ -176,4 +177,19 @@ func List[T, V any](rows []T, of func(T) V) []V {
 		out[i] = of(r)
 	}
 	return out
+}
+
+// Submission is a stored interop-init signature submission on REST; ID is
+// the caller's submission id.
+type Submission struct {
+	ID           string       `json:"id"`
+	VoucherID    string       `json:"voucherId"`
+	PaymentIndex int          `json:"paymentIndex"`
+	Signature    *string      `json:"signature,omitempty"`
+	CreatedAt    apitime.Time `json:"createdAt"`
+}
+
+// OfSubmission renders an interop-init submission for REST.
+func OfSubmission(s *voucher.Submission) *Submission {
+	return &Submission{ID: s.ID, VoucherID: s.VoucherID, PaymentIndex: s.PaymentIndex, Signature: s.Signature, CreatedAt: s.CreatedAt}
 }

@@ -74,60 +74,43 @@ func (s *Service) CreateCheckout(ctx context.Context, in CheckoutInput) (*ent.Vo
 		}
 		p.Wallet.Address = dep.Address
 	}
-	for attempt := 0; attempt < codeDraws; attempt++ {
-		vcode, err := s.newCode()
+	// A code live on another voucher (or, never in practice, a repeated
+	// token hash) violates a unique index: createWithCode draws again.
+	return s.createWithCode(ctx, now, func(tx *ent.Tx, vcode string) (*ent.Voucher, error) {
+		c := tx.Voucher.Create().SetID(id).
+			SetCode(vcode).SetLiveCode(vcode).
+			SetStatus(entvoucher.StatusREDEEMED).SetType(entvoucher.TypeSIMPLE).
+			SetSessionID(in.SessionID).SetPayerID(payer).SetPayeeID(in.WidgetID).
+			SetBusinessID(in.BusinessID).SetWidgetID(in.WidgetID).
+			SetNillableReference(in.Reference).SetCheckoutTokenHash(in.TokenHash).
+			SetNillableSolanaPayReference(nonEmpty(in.SolanaPayReference)).
+			SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now)
+		if in.WatchNetwork != "" {
+			c.SetWatchNetwork(in.WatchNetwork)
+		}
+		created, err := c.Save(ctx)
 		if err != nil {
-			return nil, apperr.InternalError(err)
+			return nil, err
 		}
-		var created *ent.Voucher
-		err = s.db.Tx(ctx, func(tx *ent.Tx) error {
-			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET live_code = NULL WHERE live_code = ? AND expires_at <= ?"), vcode, now); err != nil {
-				return err
-			}
-			c := tx.Voucher.Create().SetID(id).
-				SetCode(vcode).SetLiveCode(vcode).
-				SetStatus(entvoucher.StatusREDEEMED).SetType(entvoucher.TypeSIMPLE).
-				SetSessionID(in.SessionID).SetPayerID(payer).SetPayeeID(in.WidgetID).
-				SetBusinessID(in.BusinessID).SetWidgetID(in.WidgetID).
-				SetNillableReference(in.Reference).SetCheckoutTokenHash(in.TokenHash).
-				SetNillableSolanaPayReference(nonEmpty(in.SolanaPayReference)).
-				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now)
-			if in.WatchNetwork != "" {
-				c.SetWatchNetwork(in.WatchNetwork)
-			}
-			created, err = c.Save(ctx)
-			if err != nil {
-				return err
-			}
-			// The payment and the deposit go in as redeem writes JSON
-			// (jsonArg): ent's JSON bytes reach PostgreSQL's jsonb in
-			// binary form, which it refuses.
-			arg, err := jsonArg(s.db.Dialect, p)
-			if err != nil {
-				return err
-			}
-			var darg any
-			if dep != nil {
-				if darg, err = jsonArg(s.db.Dialect, dep); err != nil {
-					return err
-				}
-			}
-			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET expected_payment = ?, deposit = ? WHERE id = ?"), arg, darg, created.ID); err != nil {
-				return err
-			}
-			created.ExpectedPayment, created.Deposit = p, dep
-			return s.events.VoucherChanged(ctx, tx, nil, created)
-		})
-		if ent.IsConstraintError(err) {
-			continue // the code is live on another voucher (or, never in practice, the token hash repeats)
-		}
+		// The payment and the deposit go in as redeem writes JSON
+		// (jsonArg): ent's JSON bytes reach PostgreSQL's jsonb in
+		// binary form, which it refuses.
+		arg, err := jsonArg(s.db.Dialect, p)
 		if err != nil {
-			return nil, apperr.From(err)
+			return nil, err
 		}
-		s.published(created)
-		return created, nil
-	}
-	return nil, apperr.InternalError(fmt.Errorf("voucher: no free voucher code after %d draws", codeDraws))
+		var darg any
+		if dep != nil {
+			if darg, err = jsonArg(s.db.Dialect, dep); err != nil {
+				return nil, err
+			}
+		}
+		if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET expected_payment = ?, deposit = ? WHERE id = ?"), arg, darg, created.ID); err != nil {
+			return nil, err
+		}
+		created.ExpectedPayment, created.Deposit = p, dep
+		return created, s.events.VoucherChanged(ctx, tx, nil, created)
+	})
 }
 
 var errNoCheckout = apperr.New(apperr.NotFound, "checkout not found")

@@ -91,17 +91,19 @@ func (s *Service) statusIs(st entvoucher.Status) predicate.Voucher {
 	}
 }
 
-// Submission is a stored interop-init signature submission, as both doors
-// show it. ID is the caller's submission id.
+// Submission is a stored interop-init signature submission (REST renders
+// it as view.OfSubmission, GraphQL through the schema). ID is the caller's
+// submission id.
 type Submission struct {
-	ID           string       `json:"id"`
-	VoucherID    string       `json:"voucherId"`
-	PaymentIndex int          `json:"paymentIndex"`
-	Signature    *string      `json:"signature,omitempty"`
-	CreatedAt    apitime.Time `json:"createdAt"`
+	ID           string
+	VoucherID    string
+	PaymentIndex int
+	Signature    *string
+	CreatedAt    apitime.Time
 }
 
-func submissionView(r *ent.InteropSubmission) *Submission {
+// submissionOf is the stored row as a Submission.
+func submissionOf(r *ent.InteropSubmission) *Submission {
 	return &Submission{ID: r.SubmissionID, VoucherID: r.VoucherID, PaymentIndex: r.PaymentIndex, Signature: r.Signature, CreatedAt: apitime.From(r.CreatedAt)}
 }
 
@@ -162,7 +164,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 		case !same(r):
 			return nil, apperr.New(apperr.AlreadyExists, "a submission with this id exists with other content")
 		}
-		return submissionView(r), nil
+		return submissionOf(r), nil
 	}
 	if sub, err := replay(); sub != nil || err != nil {
 		return sub, err
@@ -189,7 +191,7 @@ func (s *Service) InteropInit(ctx context.Context, voucherID string, in InteropI
 	if err != nil {
 		return nil, apperr.InternalError(err)
 	}
-	return submissionView(row), nil
+	return submissionOf(row), nil
 }
 
 // firstErr is err when there is one, else fallback.

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"math/big"
+	"time"
 
 	"github.com/voucherd/voucherd/ent"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
@@ -76,6 +77,31 @@ func (s *Service) Reserve(ctx context.Context, in ReserveInput) (*ent.Voucher, e
 	}
 
 	now := s.clock()
+	return s.createWithCode(ctx, now, func(tx *ent.Tx, vcode string) (*ent.Voucher, error) {
+		created, err := tx.Voucher.Create().
+			SetCode(vcode).SetLiveCode(vcode).
+			SetSessionID(sess.ID).SetPayerID(sess.OwnerID).SetPayeeID(p.ID).
+			SetNillableBusinessID(businessID).
+			SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now).
+			Save(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if created.BusinessID != nil {
+			return created, s.events.VoucherChanged(ctx, tx, nil, created)
+		}
+		return created, nil
+	})
+}
+
+// createWithCode draws a voucher code and runs create with it in a
+// transaction, drawing again (codeDraws at most) while the code is live on
+// another voucher (create's insert then violates the live-code index). A
+// voucher that expired but was not swept yet still holds its code; the
+// code is free again, so it is released first (only the internal
+// live_code changes: the sweeper records the expiry). The created voucher
+// is published after commit.
+func (s *Service) createWithCode(ctx context.Context, now time.Time, create func(tx *ent.Tx, code string) (*ent.Voucher, error)) (*ent.Voucher, error) {
 	for attempt := 0; attempt < codeDraws; attempt++ {
 		vcode, err := s.newCode()
 		if err != nil {
@@ -83,25 +109,12 @@ func (s *Service) Reserve(ctx context.Context, in ReserveInput) (*ent.Voucher, e
 		}
 		var created *ent.Voucher
 		err = s.db.Tx(ctx, func(tx *ent.Tx) error {
-			// A voucher that expired but was not swept yet still holds its
-			// code; the code is free again, so release it here. Only the
-			// internal live_code changes: the sweeper records the expiry.
 			if _, err := tx.ExecContext(ctx, s.db.Rebind("UPDATE vouchers SET live_code = NULL WHERE live_code = ? AND expires_at <= ?"), vcode, now); err != nil {
 				return err
 			}
-			created, err = tx.Voucher.Create().
-				SetCode(vcode).SetLiveCode(vcode).
-				SetSessionID(sess.ID).SetPayerID(sess.OwnerID).SetPayeeID(p.ID).
-				SetNillableBusinessID(businessID).
-				SetExpiresAt(now.Add(s.ttl)).SetCreatedAt(now).SetUpdatedAt(now).
-				Save(ctx)
-			if err != nil {
-				return err
-			}
-			if created.BusinessID != nil {
-				return s.events.VoucherChanged(ctx, tx, nil, created)
-			}
-			return nil
+			var err error
+			created, err = create(tx, vcode)
+			return err
 		})
 		if ent.IsConstraintError(err) {
 			continue // the code is live on another voucher: draw again

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
@@ -329,5 +330,90 @@ func RedeemStatement(dialect string) string {
 	r := &redemption{typ: payment.TypeSimple}
 	sets, _ := redeemSets(dialect, r, time.Time{})
 	q, _ := transitionStatement(dialect, redeemTransition(dialect, r), "", "", sets, time.Time{}, modeFast, 0)
+	return q
+}
+
+// transitionStatement is t's conditional UPDATE for caller on voucher id.
+// The WHERE holds everything that decides the transition may happen: the
+// caller's role, the starting states and the expiry; so of N concurrent
+// callers exactly one changes the row.
+func transitionStatement(dialect string, t *transition, callerID, id string, sets []assignment, now time.Time, m mode, version int) (string, []any) {
+	args := make([]any, 0, len(sets)+6)
+	for _, a := range sets {
+		if a.lit == "" {
+			args = append(args, a.val)
+		}
+	}
+	args = append(args, id)
+	switch rolesFor(t.op) {
+	case rolePayee, rolePayer:
+		args = append(args, callerID)
+	default:
+		args = append(args, callerID, callerID)
+	}
+	args = append(args, now)
+	if m == modeVersion {
+		args = append(args, version)
+	}
+	// The text depends only on the statement's shape: the dialect, the
+	// operation (its roles), its starting states, the mode and the SET
+	// columns with their literals. It is built once per shape: the
+	// arguments above are all that changes between requests.
+	var kb [192]byte
+	key := append(kb[:0], dialect...)
+	key = append(key, 0)
+	key = append(key, t.op...)
+	key = append(key, 0, byte('0'+m))
+	for _, f := range t.from {
+		key = append(key, 0)
+		key = append(key, f...)
+	}
+	for _, a := range sets {
+		key = append(key, 0)
+		key = append(key, a.col...)
+		key = append(key, '=')
+		key = append(key, a.lit...)
+	}
+	statementTexts.RLock()
+	q, ok := statementTexts.m[string(key)]
+	statementTexts.RUnlock()
+	if !ok {
+		q = transitionText(dialect, t, sets, m)
+		statementTexts.Lock()
+		statementTexts.m[string(key)] = q
+		statementTexts.Unlock()
+	}
+	return q, args
+}
+
+// statementTexts memoizes transitionText by shape. The shapes are a small
+// fixed set (each operation writes a fixed list of columns), so it is
+// never pruned.
+var statementTexts = struct {
+	sync.RWMutex
+	m map[string]string
+}{m: map[string]string{}}
+
+// transitionText builds the statement text transitionStatement's arguments
+// go with, in the same order.
+func transitionText(dialect string, t *transition, sets []assignment, m mode) string {
+	st := statement{sets: sets}
+	st.where = append(st.where, "id = ?")
+	switch rolesFor(t.op) {
+	case rolePayee:
+		st.where = append(st.where, "payee_id = ?")
+	case rolePayer:
+		st.where = append(st.where, "payer_id = ?")
+	default:
+		st.where = append(st.where, "(payee_id = ? OR payer_id = ?)")
+	}
+	st.where = append(st.where, quoteStatus(t.from...), "expires_at > ?")
+	switch m {
+	case modeFast:
+		st.where = append(st.where, "business_id IS NULL")
+	case modeVersion:
+		st.where = append(st.where, "version = ?")
+	}
+	q, _ := st.build(dialect)
 	return q
 }

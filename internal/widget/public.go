@@ -11,7 +11,6 @@ import (
 
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
-	"github.com/voucherd/voucherd/ent/businessuser"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
 	entwidget "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/apperr"
@@ -64,30 +63,7 @@ func (s *Service) authorize(ctx context.Context, id, clientSecret string) (*ent.
 	if p.Kind != auth.KindUser && !p.IsAPIKey() {
 		return nil, errNotFound
 	}
-	w, err := s.db.Widget.Get(ctx, id)
-	if ent.IsNotFound(err) {
-		return nil, errNotFound
-	}
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	if p.IsAPIKey() {
-		// A key of the widget's business (its scope was checked with the
-		// operation's).
-		if w.BusinessID != p.BusinessID {
-			return nil, errNotFound
-		}
-		return w, nil
-	}
-	ok, err := s.db.BusinessUser.Query().Where(businessuser.BusinessID(w.BusinessID), businessuser.UserID(p.ID),
-		businessuser.StatusEQ(businessuser.StatusACTIVE)).Exist(ctx)
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	if !ok {
-		return nil, errNotFound
-	}
-	return w, nil
+	return s.memberWidget(ctx, p, id)
 }
 
 // PublicConfig is a widget's public configuration (GET

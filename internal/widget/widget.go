@@ -27,6 +27,7 @@ import (
 	"github.com/voucherd/voucherd/ent/vouchersession"
 	entwidget "github.com/voucherd/voucherd/ent/widget"
 	"github.com/voucherd/voucherd/internal/apperr"
+	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/chain"
 	"github.com/voucherd/voucherd/internal/finance"
@@ -330,15 +331,34 @@ func (s *Service) Get(ctx context.Context, businessID, id string) (*ent.Widget, 
 // business; nil (no error) to anyone else.
 func (s *Service) Node(ctx context.Context, id string) (*ent.Widget, error) {
 	p, err := operation.Caller(ctx, operation.GetWidget)
-	if err != nil {
+	if err != nil || p.IsAPIKey() {
+		// A key is no member: node(id:) shows members their widgets.
 		return nil, nil
 	}
+	w, err := s.memberWidget(ctx, p, id)
+	if err == errNotFound {
+		return nil, nil
+	}
+	return w, err
+}
+
+// memberWidget loads widget id for p, a user who is an ACTIVE member of
+// its business or an API key of that business (its scope was checked with
+// the operation's); errNotFound when there is no such widget or p may not
+// see it (the public routes with a bearer token, node(id:)).
+func (s *Service) memberWidget(ctx context.Context, p *auth.Principal, id string) (*ent.Widget, error) {
 	w, err := s.db.Widget.Get(ctx, id)
 	if ent.IsNotFound(err) {
-		return nil, nil
+		return nil, errNotFound
 	}
 	if err != nil {
 		return nil, apperr.InternalError(err)
+	}
+	if p.IsAPIKey() {
+		if w.BusinessID != p.BusinessID {
+			return nil, errNotFound
+		}
+		return w, nil
 	}
 	ok, err := s.db.BusinessUser.Query().Where(businessuser.BusinessID(w.BusinessID), businessuser.UserID(p.ID),
 		businessuser.StatusEQ(businessuser.StatusACTIVE)).Exist(ctx)
@@ -346,7 +366,7 @@ func (s *Service) Node(ctx context.Context, id string) (*ent.Widget, error) {
 		return nil, apperr.InternalError(err)
 	}
 	if !ok {
-		return nil, nil
+		return nil, errNotFound
 	}
 	return w, nil
 }
