@@ -56,15 +56,26 @@ func TestOwnProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Burn a little CPU so the counter must move (tick is 10 ms).
-	deadline := time.Now().Add(60 * time.Millisecond)
+	// Burn CPU until the counter moves (its tick is 10 ms). On a loaded
+	// machine 60 ms of wall time can hold less than a tick of this
+	// process's CPU, so the burn goes on until the counter moves; a
+	// counter that never does in 20 s of burning is the failure.
+	deadline := time.Now().Add(20 * time.Second)
 	x := 0
-	for time.Now().Before(deadline) {
-		x++
-	}
-	after, _ := CPU(os.Getpid())
-	if after <= before {
-		t.Fatalf("CPU did not advance: %v -> %v (x=%d)", before, after, x)
+	for {
+		for i := 0; i < 1_000_000; i++ {
+			x++
+		}
+		after, err := CPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("CPU did not advance: %v -> %v (x=%d)", before, after, x)
+		}
 	}
 }
 
