@@ -143,6 +143,7 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		id, token string
 		addr      common.Address
 		currency  string
+		expires   time.Time
 	}
 	checkout := func(currency, amount string) co {
 		t.Helper()
@@ -153,6 +154,7 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		}
 		var v struct {
 			ID, CheckoutURL string
+			ExpiresAt       time.Time
 			ExpectedPayment struct {
 				Wallet struct{ Address string }
 			}
@@ -163,7 +165,7 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 		if want := deposit.ForVoucher(d.Factory, payout, v.ID); addr != want {
 			t.Fatalf("checkout %s: pays to %s, want its deposit address %s", v.ID, addr.Hex(), want.Hex())
 		}
-		return co{id: v.ID, token: v.CheckoutURL[strings.LastIndex(v.CheckoutURL, "/")+1:], addr: addr, currency: currency}
+		return co{id: v.ID, token: v.CheckoutURL[strings.LastIndex(v.CheckoutURL, "/")+1:], addr: addr, currency: currency, expires: v.ExpiresAt}
 	}
 	units := func(amount string, decimals int32) *big.Int {
 		return decimal.RequireFromString(amount).Shift(decimals).BigInt()
@@ -315,6 +317,10 @@ func detectionOnAnvil(t *testing.T, dialect string) {
 	expect("under then expiry", under, "RESOLVED", "UNDERPAID", "2", "deposit.pending", "deposit.underpaid")
 	expect("decoy", decoyCo, "DISCARDED", "", "", "deposit.expired")
 	expect("late, expired", late, "DISCARDED", "", "", "deposit.expired")
+	// Late is what the chain says: the payment's block time is at or past
+	// expiresAt. Block times are whole seconds, and the expiry is seen
+	// within the same second, so the payment waits for the next second.
+	time.Sleep(time.Until(late.expires.Add(1100 * time.Millisecond)))
 	pay(payer, token, late.addr, "6")
 	st = expect("late", late, "DISCARDED", "CONFIRMED", "6", "deposit.expired", "deposit.pending", "deposit.confirmed")
 	if !st.Transactions[0].Late || !st.Transactions[0].Detected {
