@@ -17,9 +17,11 @@ TEST_TIMEOUT ?= 20m
 ## run: the dev chain (cmd/devchain: an in-process go-ethereum chain served
 ## on 127.0.0.1:8545, dev tokens at fixed addresses) and the service on the
 ## embedded database, wired to it by dev/finance.json. See docs/settlement.md.
+## Both binaries are built by one go command: one action graph, so the
+## packages they share compile once and the two links run side by side
+## (two commands ran the service's link before the chain's packages began).
 run:
-	$(GO) build -o bin/voucherd ./cmd/voucherd
-	$(GO) build -o bin/devchain ./cmd/devchain
+	$(GO) build -o bin/ ./cmd/voucherd ./cmd/devchain
 	@bash scripts/run-dev.sh
 
 build:

@@ -767,7 +767,7 @@ func (s *pgScenarios) fanoutFloor(ctx context.Context, n int, frame []byte, clea
 	if err != nil {
 		return nil, nil, err
 	}
-	*cleanup = append(*cleanup, fl.Stop)
+	*cleanup = append(*cleanup, func() { fl.Stop() })
 	var mu sync.Mutex
 	seen := make([]int, n)
 	byEvent := map[int][]time.Time{}

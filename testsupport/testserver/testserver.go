@@ -6,24 +6,22 @@
 package testserver
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/voucherd/voucherd/rest"
 	"github.com/voucherd/voucherd/rest/openapi"
 	"github.com/voucherd/voucherd/testsupport/apiclient"
+	"github.com/voucherd/voucherd/testsupport/proc"
 	"github.com/voucherd/voucherd/testsupport/testdb"
 	"github.com/voucherd/voucherd/testsupport/testnode"
 )
@@ -110,35 +108,7 @@ type Server struct {
 	DatabaseURL string
 	Client      *http.Client
 
-	cmd  *exec.Cmd
-	logs *syncBuffer
-	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
+	proc *proc.Process
 }
 
 // Start runs voucherd and waits until it is ready; it is stopped (SIGTERM)
@@ -150,7 +120,10 @@ func Start(t testing.TB, opts Options) *Server {
 	if dbURL == "" {
 		dbURL = testdb.URL(t, opts.Dialect)
 	}
-	addr := freeAddr(t)
+	addr, err := proc.FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
 	env := map[string]string{
 		"VOUCHER_ADDR":                  addr,
 		"VOUCHER_DATABASE_URL":          dbURL,
@@ -162,61 +135,31 @@ func Start(t testing.TB, opts Options) *Server {
 	for k, v := range opts.Env {
 		env[k] = v
 	}
-	cmd := exec.Command(bin)
-	cmd.Env = os.Environ()
-	for k, v := range env {
-		cmd.Env = append(cmd.Env, k+"="+v)
+	p, err := proc.Start(proc.Options{Name: "voucherd", Bin: bin, Env: env, Addr: addr, ReadyPath: "/readyz", ReadyWithin: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
 	}
-	logs := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start voucherd: %v", err)
-	}
-	s := &Server{URL: "http://" + addr, Addr: addr, DatabaseURL: dbURL, cmd: cmd, logs: logs, done: make(chan struct{}),
+	s := &Server{URL: p.URL, Addr: addr, DatabaseURL: dbURL, proc: p,
 		Client: &http.Client{Timeout: 30 * time.Second, Transport: &openapi.Transport{Validator: validator(t), Report: t.Errorf}}}
-	go func() { _ = cmd.Wait(); close(s.done) }()
 	t.Cleanup(func() { s.Stop(t) })
-	if err := apiclient.WaitReady(s.URL, "/readyz", s.done, 30*time.Second); err != nil {
-		t.Fatalf("voucherd %v:\n%s", err, logs.String())
-	}
 	return s
 }
 
 // Stop sends SIGTERM and waits for a graceful exit.
 func (s *Server) Stop(t testing.TB) {
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(30 * time.Second):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+	if !s.proc.Stop() {
 		t.Errorf("voucherd did not stop within 30s of SIGTERM")
 	}
 }
 
 // Kill stops the process at once (SIGKILL), as a crash would.
-func (s *Server) Kill() {
-	_ = s.cmd.Process.Kill()
-	<-s.done
-}
+func (s *Server) Kill() { s.proc.Kill() }
 
 // Exited reports whether the process has ended, and its exit code.
-func (s *Server) Exited() (bool, int) {
-	select {
-	case <-s.done:
-		return true, s.cmd.ProcessState.ExitCode()
-	default:
-		return false, 0
-	}
-}
+func (s *Server) Exited() (bool, int) { return s.proc.Exited() }
 
 // Logs returns everything the process has written so far.
-func (s *Server) Logs() string { return s.logs.String() }
+func (s *Server) Logs() string { return s.proc.Output() }
 
 // Response is a finished HTTP exchange (apiclient's, with decoding that
 // fails the test).
