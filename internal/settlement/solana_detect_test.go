@@ -473,60 +473,67 @@ func TestSolanaOneTransactionTwoReferences(t *testing.T) {
 // went to does not change when a restarted watcher rescans every slot and
 // finds it again for both.
 func TestSolanaClaimedFirst(t *testing.T) {
-	testdb.Each(t, func(t *testing.T, db *storage.DB) {
-		w := newSolWorld(t, db, solNow)
-		a, b, c := w.checkout(t, "USDC", "12.5"), w.checkout(t, "USDC", "12.5"), w.checkout(t, "SOL", "0.25")
-		n := w.attach(t, map[string]string{"refUSDC": a.ref, "refSOL": c.ref})
-		n.mu.Lock()
-		n.sigs[b.ref] = n.sigs[a.ref] // the USDC payment names a's and b's references
-		n.mu.Unlock()
-		// c's customer submitted sig_usdc first (a real payment to the same
-		// wallet, though not in SOL).
-		if _, err := w.vouchers.SubmitCheckoutPayment(context.Background(), c.tokenHash, n.names["sig_usdc"]); err != nil {
-			t.Fatal(err)
+	// Each case has its own name: a second testdb.Each in one test would
+	// name its subtests "sqlite3#01", and the '#' cuts the SQLite file's
+	// URL short (a database shared between runs).
+	t.Run("submitted_first", func(t *testing.T) { testdb.Each(t, solanaSubmittedFirst) })
+	t.Run("restart", func(t *testing.T) { testdb.Each(t, solanaClaimSurvivesRestart) })
+}
+
+func solanaSubmittedFirst(t *testing.T, db *storage.DB) {
+	w := newSolWorld(t, db, solNow)
+	a, b, c := w.checkout(t, "USDC", "12.5"), w.checkout(t, "USDC", "12.5"), w.checkout(t, "SOL", "0.25")
+	n := w.attach(t, map[string]string{"refUSDC": a.ref, "refSOL": c.ref})
+	n.mu.Lock()
+	n.sigs[b.ref] = n.sigs[a.ref] // the USDC payment names a's and b's references
+	n.mu.Unlock()
+	// c's customer submitted sig_usdc first (a real payment to the same
+	// wallet, though not in SOL).
+	if _, err := w.vouchers.SubmitCheckoutPayment(context.Background(), c.tokenHash, n.names["sig_usdc"]); err != nil {
+		t.Fatal(err)
+	}
+	w.poll()
+	// sig_usdc is c's (claimed first; it pays c nothing: INVALID), so
+	// neither a nor b gets it; c's own SOL payment is detected beside.
+	w.expect(t, a, entvoucher.StatusREDEEMED, "", "")
+	w.expect(t, b, entvoucher.StatusREDEEMED, "", "")
+	v, _ := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "0.25", settlement.EventPending)
+	if len(v.Settlement.Transactions) != 2 || v.Settlement.Transactions[0].Status != payment.TxInvalid {
+		t.Fatalf("c: %+v", v.Settlement.Transactions)
+	}
+}
+
+func solanaClaimSurvivesRestart(t *testing.T, db *storage.DB) {
+	w := newSolWorld(t, db, solNow)
+	a, b := w.checkout(t, "USDC", "12.5"), w.checkout(t, "USDC", "12.5")
+	n := w.attach(t, map[string]string{"refUSDC": a.ref})
+	n.mu.Lock()
+	n.sigs[b.ref] = n.sigs[a.ref]
+	n.mu.Unlock()
+	w.poll()
+	paid, other := a, b
+	if w.read(t, a).Settlement == nil {
+		paid, other = b, a
+	}
+	check := func() {
+		t.Helper()
+		w.expect(t, paid, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "12.5", settlement.EventPending, settlement.EventConfirmed)
+		w.expect(t, other, entvoucher.StatusREDEEMED, "", "")
+		cl, err := w.db.SettlementClaim.Query().Where(settlementclaim.TransactionHash(n.names["sig_usdc"])).Only(context.Background())
+		if err != nil || cl.VoucherID != paid.id {
+			t.Fatalf("claim %+v %v, want %s's", cl, err, paid.id)
 		}
-		w.poll()
-		// sig_usdc is c's (claimed first; it pays c nothing: INVALID), so
-		// neither a nor b gets it; c's own SOL payment is detected beside.
-		w.expect(t, a, entvoucher.StatusREDEEMED, "", "")
-		w.expect(t, b, entvoucher.StatusREDEEMED, "", "")
-		v, _ := w.expect(t, c, entvoucher.StatusRESOLVED, payment.SettlementPending, "0.25", settlement.EventPending)
-		if len(v.Settlement.Transactions) != 2 || v.Settlement.Transactions[0].Status != payment.TxInvalid {
-			t.Fatalf("c: %+v", v.Settlement.Transactions)
-		}
+	}
+	check()
+	restarted, err := settlement.NewService(db, w.fin.Registry(), settlement.Options{
+		Networks: []settlement.Network{{Name: "solana", Chain: w.chain, Confirmations: w.confirmations}},
+		Events:   w.outbox, Publisher: w.pub, Now: w.clock.Now,
 	})
-	testdb.Each(t, func(t *testing.T, db *storage.DB) {
-		w := newSolWorld(t, db, solNow)
-		a, b := w.checkout(t, "USDC", "12.5"), w.checkout(t, "USDC", "12.5")
-		n := w.attach(t, map[string]string{"refUSDC": a.ref})
-		n.mu.Lock()
-		n.sigs[b.ref] = n.sigs[a.ref]
-		n.mu.Unlock()
-		w.poll()
-		paid, other := a, b
-		if w.read(t, a).Settlement == nil {
-			paid, other = b, a
-		}
-		check := func() {
-			t.Helper()
-			w.expect(t, paid, entvoucher.StatusRESOLVED, payment.SettlementConfirmed, "12.5", settlement.EventPending, settlement.EventConfirmed)
-			w.expect(t, other, entvoucher.StatusREDEEMED, "", "")
-			cl, err := w.db.SettlementClaim.Query().Where(settlementclaim.TransactionHash(n.names["sig_usdc"])).Only(context.Background())
-			if err != nil || cl.VoucherID != paid.id {
-				t.Fatalf("claim %+v %v, want %s's", cl, err, paid.id)
-			}
-		}
-		check()
-		restarted, err := settlement.NewService(db, w.fin.Registry(), settlement.Options{
-			Networks: []settlement.Network{{Name: "solana", Chain: w.chain, Confirmations: w.confirmations}},
-			Events:   w.outbox, Publisher: w.pub, Now: w.clock.Now,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := restarted.Poll(context.Background(), "solana"); err != nil {
-			t.Fatal(err)
-		}
-		check()
-	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := restarted.Poll(context.Background(), "solana"); err != nil {
+		t.Fatal(err)
+	}
+	check()
 }
