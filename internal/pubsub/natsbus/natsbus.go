@@ -47,8 +47,13 @@ import (
 
 // DefaultPrefix is the first token of every subject the bus uses:
 // "<prefix>.<channel>", the channel being the LISTEN/NOTIFY channel's name
-// (pubsub.Channel, pubsub.EndedChannel, webhook.NotifyChannel), plus
-// "<prefix>.voucher_replicas" for the replicas' liveness.
+// (revocation's channels, webhook.NotifyChannel), "<prefix>.voucher_replicas"
+// for the replicas' liveness, and "<prefix>.voucher_changes.<replica>" for
+// each replica's changes (its own skipped by the subject, unread).
+//
+// As on LISTEN/NOTIFY, a replica hears its own messages (Handlers, the
+// liveness subject): ends of principals wait for their own echo, and Heard
+// moves with the replica's own heartbeats.
 const DefaultPrefix = "voucherd"
 
 // Options tune a Bus; zero values take the defaults.
@@ -59,7 +64,8 @@ type Options struct {
 	URL string
 	// Prefix is the subjects' first token (default DefaultPrefix).
 	Prefix string
-	// Replica names this process on the replicas subject; default random.
+	// Replica names this process on the replicas subject and in its
+	// changes' subject (letters, digits, '_' and '-'); default random.
 	Replica string
 	// Heartbeat is how often the bus says it is alive (default 1 s).
 	Heartbeat time.Duration
@@ -82,6 +88,11 @@ type Options struct {
 	// goroutine, so they must not block. Like LISTEN/NOTIFY, a message
 	// lost while disconnected is not replayed for them.
 	Handlers map[string]func(payload string)
+	// Lost, when set, is called whenever the bus resyncs (reconnected,
+	// NATS dropped messages, a replica went silent or announced a gap):
+	// messages of Handlers' channels may have been lost, and they are not
+	// replayed.
+	Lost func()
 	// Reconnected, when set, is called after every (re)connection, for
 	// followers of Handlers that need a nudge after a possible loss (the
 	// webhook dispatcher looks for due deliveries).
@@ -97,8 +108,11 @@ type Bus struct {
 	replica string
 	started time.Time
 
-	changes string // subject of voucher changes
+	changes string // subject of this replica's voucher changes
 	peersSj string // subject of liveness messages
+	// heard is when a message was last taken in (unix nanos).
+	heard atomic.Int64
+	known atomic.Pointer[[]string]
 
 	mu sync.Mutex
 	// down is when the connection was lost (zero while connected).
@@ -182,9 +196,12 @@ func Connect(ctx context.Context, hub *pubsub.Hub, opts Options) (*Bus, error) {
 		_, _ = rand.Read(b[:])
 		opts.Replica = "rpl_" + hex.EncodeToString(b[:])
 	}
+	if strings.Trim(opts.Replica, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-") != "" {
+		return nil, errors.New("natsbus: a replica name is letters, digits, '_' and '-'")
+	}
 	b := &Bus{
 		hub: hub, opts: opts, replica: opts.Replica, started: time.Now(),
-		changes: opts.Prefix + "." + pubsub.Channel,
+		changes: opts.Prefix + "." + pubsub.Channel + "." + opts.Replica,
 		peersSj: opts.Prefix + "." + ReplicasChannel,
 		peers:   map[string]time.Time{},
 	}
@@ -196,9 +213,6 @@ func Connect(ctx context.Context, hub *pubsub.Hub, opts Options) (*Bus, error) {
 	late := false
 	nopts := []nats.Option{
 		nats.Name("voucherd " + opts.Replica),
-		// Own messages stay home: the hub got this replica's changes in
-		// process, and its own Send/Signal were handled locally.
-		nats.NoEcho(),
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(opts.ReconnectWait),
 		nats.RetryOnFailedConnect(true),
@@ -270,6 +284,9 @@ func Connect(ctx context.Context, hub *pubsub.Hub, opts Options) (*Bus, error) {
 		nc.Close()
 		return nil, ctx.Err()
 	}
+	if nc.IsConnected() {
+		b.markHeard() // subscribed and connected: nothing missed so far
+	}
 	b.announce(stateAlive, time.Time{})
 	b.wg.Add(1)
 	go b.run()
@@ -296,7 +313,11 @@ func (b *Bus) subject(channel string) string { return b.opts.Prefix + "." + chan
 // channels. Subscriptions made before the first connection are sent once
 // it is made.
 func (b *Bus) subscribe() error {
-	sub, err := b.nc.Subscribe(b.changes, func(m *nats.Msg) {
+	sub, err := b.nc.Subscribe(b.opts.Prefix+"."+pubsub.Channel+".*", func(m *nats.Msg) {
+		b.markHeard()
+		if m.Subject == b.changes {
+			return // this replica's own: its hub had it in process
+		}
 		c, err := pubsub.ParseNotification(string(m.Data))
 		if err != nil || c.ID == "" {
 			b.opts.Log.Error("pubsub: malformed voucher change notification", "bytes", len(m.Data))
@@ -313,11 +334,11 @@ func (b *Bus) subscribe() error {
 	if err := sub.SetPendingLimits(1<<20, 256<<20); err != nil {
 		return fmt.Errorf("natsbus: subscribe: %w", err)
 	}
-	if _, err := b.nc.Subscribe(b.peersSj, func(m *nats.Msg) { b.replicaMessage(m.Data) }); err != nil {
+	if _, err := b.nc.Subscribe(b.peersSj, func(m *nats.Msg) { b.markHeard(); b.replicaMessage(m.Data) }); err != nil {
 		return fmt.Errorf("natsbus: subscribe: %w", err)
 	}
 	for ch, h := range b.opts.Handlers {
-		if _, err := b.nc.Subscribe(b.subject(ch), func(m *nats.Msg) { h(string(m.Data)) }); err != nil {
+		if _, err := b.nc.Subscribe(b.subject(ch), func(m *nats.Msg) { b.markHeard(); h(string(m.Data)) }); err != nil {
 			return fmt.Errorf("natsbus: subscribe: %w", err)
 		}
 	}
@@ -326,6 +347,35 @@ func (b *Bus) subscribe() error {
 
 // Replica is the name this bus uses on the replicas subject.
 func (b *Bus) Replica() string { return b.replica }
+
+func (b *Bus) markHeard() { b.heard.Store(time.Now().UnixNano()) }
+
+// Heard is when the bus last took in a message (any replica's, its own
+// heartbeats included); zero before the first.
+func (b *Bus) Heard() time.Time {
+	n := b.heard.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+// Peers are the other replicas this one currently hears.
+func (b *Bus) Peers() []string {
+	if p := b.known.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// publishPeers copies the peers' names for Peers (b.mu held).
+func (b *Bus) publishPeers() {
+	names := make([]string, 0, len(b.peers))
+	for id := range b.peers {
+		names = append(names, id)
+	}
+	b.known.Store(&names)
+}
 
 // Resyncs is how many resyncs the bus started.
 func (b *Bus) Resyncs() int64 { return b.resyncs.Load() }
@@ -358,9 +408,9 @@ func (b *Bus) Publish(c pubsub.VoucherChange) {
 // Signal sends an empty message on channel (a wake-up).
 func (b *Bus) Signal(channel string) { b.Send(channel, "") }
 
-// Send sends payload on channel to the other replicas' Handlers. Lost
-// while NATS is down, as a NOTIFY is lost to a listener whose connection
-// dropped.
+// Send sends payload on channel to every replica's Handlers, this one's
+// included. Lost while NATS is down, as a NOTIFY is lost to a listener
+// whose connection dropped.
 func (b *Bus) Send(channel, payload string) {
 	_ = b.nc.Publish(b.subject(channel), []byte(payload))
 }
@@ -424,8 +474,13 @@ func (b *Bus) replicaMessage(data []byte) {
 	switch m.State {
 	case stateGone:
 		delete(b.peers, m.Replica)
+		b.publishPeers()
 		b.mu.Unlock()
 	case stateGap:
+		if _, known := b.peers[m.Replica]; !known {
+			b.peers[m.Replica] = time.Now()
+			b.publishPeers()
+		}
 		b.peers[m.Replica] = time.Now()
 		b.mu.Unlock()
 		if m.Since.IsZero() {
@@ -434,7 +489,11 @@ func (b *Bus) replicaMessage(data []byte) {
 		b.opts.Log.Info("pubsub: a replica could not publish some changes; resyncing", "replica", m.Replica)
 		b.resync(m.Since)
 	default:
+		_, known := b.peers[m.Replica]
 		b.peers[m.Replica] = time.Now()
+		if !known {
+			b.publishPeers()
+		}
 		b.mu.Unlock()
 	}
 }
@@ -466,6 +525,7 @@ func (b *Bus) run() {
 			for id, seen := range b.peers {
 				if now.Sub(seen) > b.opts.PeerTimeout {
 					delete(b.peers, id)
+					b.publishPeers()
 					silent = append(silent, seen)
 					b.opts.Log.Warn("pubsub: replica went silent; resyncing what it may not have published", "replica", id)
 				}
@@ -486,6 +546,9 @@ func (b *Bus) resync(since time.Time) {
 	}
 	since = since.Add(-b.opts.ResyncMargin)
 	b.resyncs.Add(1)
+	if b.opts.Lost != nil {
+		b.opts.Lost()
+	}
 	b.wg.Add(1)
 	go func() {
 		defer b.wg.Done()

@@ -117,8 +117,8 @@ func waitFor(t *testing.T, what string, d time.Duration, ok func() bool) {
 
 // A change published on one replica reaches the other's subscribers with
 // its state (nothing loaded), never its own replica's hub a second time;
-// Send reaches the other replicas' handlers, not the sender's; a bad
-// URL is refused without repeating it.
+// Send reaches every replica's handlers, the sender's too; each replica
+// knows the other as a peer; a bad URL is refused without repeating it.
 func TestBusReachesOtherReplicas(t *testing.T) {
 	db, _ := testdb.OpenURL(t, storage.Postgres)
 	srv := testnats.Start(t)
@@ -154,10 +154,26 @@ func TestBusReachesOtherReplicas(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the other replica's handler heard nothing")
 	}
+	// As on LISTEN/NOTIFY the sender hears its own message (ends of
+	// principals wait for that echo).
 	select {
 	case p := <-heardA:
-		t.Fatalf("the sender's own handler heard %q", p)
-	case <-time.After(200 * time.Millisecond):
+		if p != "ses_gone" {
+			t.Fatalf("own handler heard %q", p)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the sender's own handler heard nothing")
+	}
+	for _, x := range []struct {
+		r     *replica
+		other string
+	}{{a, "rpl_b"}, {b, "rpl_a"}} {
+		if p := x.r.bus.Peers(); len(p) != 1 || p[0] != x.other {
+			t.Fatalf("%s's peers %v, want [%s]", x.r.bus.Replica(), p, x.other)
+		}
+		if h := x.r.bus.Heard(); time.Since(h) > 2*time.Second {
+			t.Fatalf("%s last heard anything at %v", x.r.bus.Replica(), h)
+		}
 	}
 	for _, r := range []*replica{a, b} {
 		if n := r.bus.Resyncs(); n != 0 {
