@@ -75,13 +75,21 @@ func (s *pgScenarios) replicas(n int, transport, natsURL string) (ps []*Process,
 
 func (s *pgScenarios) scaling(ctx context.Context) {
 	h := s.h
+	// A group that cannot run says so under every id its checks read, so
+	// the checks fail as not run instead of passing as not asked for.
+	notRun := func(reason string) {
+		for _, id := range []string{"scale-c2c-" + transportNotify, "scale-c2c-" + transportNATS, "scale-tx-r1", "scale-tx-r2", "scale-tx-r3",
+			"scale-bend-" + transportNotify, "scale-bend-" + transportNATS} {
+			h.notRun(id, "scaling", id, reason)
+		}
+	}
 	if r := s.setupReason("reserve-voucher", "redeem-voucher", "negotiate-voucher", "voucherUpdated(id:)"); r != "" {
-		h.notRun("scale", "scaling", "scaling", r)
+		notRun(r)
 		return
 	}
 	ns, natsURL, err := startNATS()
 	if err != nil {
-		h.notRun("scale", "scaling", "scaling", "nats-server: "+err.Error())
+		notRun("nats-server: " + err.Error())
 		return
 	}
 	defer ns.Shutdown()
@@ -294,9 +302,14 @@ func (s *pgScenarios) notifyBend(ctx context.Context, natsURL string) {
 	h := s.h
 	const pool = 2000
 	d := max(h.cfg.Unloaded, 3*time.Second)
+	fail := func(reason string) {
+		for _, tr := range []string{transportNotify, transportNATS} {
+			h.notRun("scale-bend-"+tr, "scaling", "commit-latency bend over "+transportNames[tr], reason)
+		}
+	}
 	run, err := s.seed(ctx, s.clone, 1, pool)
 	if err != nil {
-		h.notRun("scale-bend", "scaling", "notify bend", "failed: "+err.Error())
+		fail("failed: " + err.Error())
 		return
 	}
 	ids := make([]string, pool)
@@ -304,7 +317,7 @@ func (s *pgScenarios) notifyBend(ctx context.Context, natsURL string) {
 		ids[i] = pgref.SeedID(run, 0, i+1)
 	}
 	if err := s.redeemAll(ctx, s.payee, ids); err != nil {
-		h.notRun("scale-bend", "scaling", "notify bend", "setup redeem: "+err.Error())
+		fail("setup redeem: " + err.Error())
 		return
 	}
 	type pair struct {
@@ -316,7 +329,7 @@ func (s *pgScenarios) notifyBend(ctx context.Context, natsURL string) {
 	for _, tr := range []string{transportNotify, transportNATS} {
 		ps, stop, err := s.replicas(2, tr, natsURL)
 		if err != nil {
-			h.notRun("scale-bend", "scaling", "notify bend", "failed: "+err.Error())
+			fail("failed: " + err.Error())
 			return
 		}
 		defer stop()
