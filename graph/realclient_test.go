@@ -14,6 +14,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testnats"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -60,33 +61,79 @@ func TestGraphQLWSReferenceClient(t *testing.T) {
 }
 
 // Two replicas on one PostgreSQL form one service: a subscriber on either
-// sees what is done on the other, within a second.
+// sees what is done on the other, within a second, over LISTEN/NOTIFY and
+// over NATS.
 func TestSubscriptionsAcrossReplicas(t *testing.T) {
 	dir := graphqlWSClient(t)
-	a := testserver.Start(t, testserver.Options{Dialect: storage.Postgres})
-	b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.DatabaseURL})
+	for _, transport := range testnats.Transports {
+		t.Run(transport, func(t *testing.T) {
+			env := testnats.Env(t, transport)
+			a := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, Env: env})
+			b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.DatabaseURL, Env: env})
+			payer := a.Device(t)
+			sesID, code := a.Session(t, payer)
+			payee := b.Resource(t, code)
+
+			// The payer watches its session on b; the payee reserves on a.
+			legacy := dialWS(t, wsURL(b.URL), legacyWS)
+			legacy.init(payer.Token)
+			legacy.subscribe("s", voucherSub, map[string]any{"s": sesID})
+			waitSubscriptions(t, b, 1)
+			v := reserve(t, a, payee, code)
+			want(t, legacy.voucher("s"), v, "RESERVED", 1)
+
+			// The payee watches its voucher on a and acts on b.
+			sub := startNodeClient(t, dir, a, payee.Token, `subscription($id: ID!) { voucherUpdated(id: $id) { id status version } }`, map[string]any{"id": v}, 3)
+			sub.connected()
+			sub.voucher(t, v, "RESERVED", 1, time.Time{})
+			redeemed := redeem(t, b, payee, v)
+			sub.voucher(t, v, "REDEEMED", 2, redeemed)
+			want(t, legacy.voucher("s"), v, "REDEEMED", 2)
+			resolved := resolve(t, b, payer, v)
+			sub.voucher(t, v, "RESOLVED", 3, resolved)
+			want(t, legacy.voucher("s"), v, "RESOLVED", 3)
+		})
+	}
+}
+
+// Two replicas over NATS, and NATS stopped: both keep serving (a redeem on
+// one answers 200), and once NATS is started again the subscriber on the
+// other replica is sent what it missed (REDEEMED), then follows on as
+// before; no version comes twice or out of order.
+func TestSubscriptionsAcrossReplicasNATSRestart(t *testing.T) {
+	nats := testnats.Start(t)
+	env := map[string]string{"VOUCHER_PUBSUB_URL": nats.URL}
+	a := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, Env: env})
+	b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.DatabaseURL, Env: env})
 	payer := a.Device(t)
 	sesID, code := a.Session(t, payer)
-	payee := b.Resource(t, code)
+	payee := a.Resource(t, code)
 
-	// The payer watches its session on b; the payee reserves on a.
-	legacy := dialWS(t, wsURL(b.URL), legacyWS)
-	legacy.init(payer.Token)
-	legacy.subscribe("s", voucherSub, map[string]any{"s": sesID})
+	watcher := dialWS(t, wsURL(b.URL), legacyWS)
+	watcher.init(payer.Token)
+	watcher.subscribe("s", voucherSub, map[string]any{"s": sesID})
 	waitSubscriptions(t, b, 1)
 	v := reserve(t, a, payee, code)
-	want(t, legacy.voucher("s"), v, "RESERVED", 1)
+	want(t, watcher.voucher("s"), v, "RESERVED", 1)
 
-	// The payee watches its voucher on a and acts on b.
-	sub := startNodeClient(t, dir, a, payee.Token, `subscription($id: ID!) { voucherUpdated(id: $id) { id status version } }`, map[string]any{"id": v}, 3)
-	sub.connected()
-	sub.voucher(t, v, "RESERVED", 1, time.Time{})
-	redeemed := redeem(t, b, payee, v)
-	sub.voucher(t, v, "REDEEMED", 2, redeemed)
-	want(t, legacy.voucher("s"), v, "REDEEMED", 2)
-	resolved := resolve(t, b, payer, v)
-	sub.voucher(t, v, "RESOLVED", 3, resolved)
-	want(t, legacy.voucher("s"), v, "RESOLVED", 3)
+	nats.Stop()
+	redeem(t, a, payee, v) // fails the test unless answered 200
+	if r := b.Do(t, "GET", "/api/v1/vouchers/"+v, payer.Token, nil); r.Status != 200 || !strings.Contains(string(r.Body), `"REDEEMED"`) {
+		t.Fatalf("the other replica's read with NATS down: %d %s", r.Status, r.Body)
+	}
+	nats.Restart()
+	var got subEvent
+	watcher.result("s", 20*time.Second, &got)
+	want(t, got.VoucherUpdated, v, "REDEEMED", 2)
+	resolve(t, a, payer, v)
+	want(t, watcher.voucher("s"), v, "RESOLVED", 3)
+	select {
+	case m := <-watcher.msgs:
+		if m.Type != "ka" {
+			t.Fatalf("after RESOLVED: %s %s", m.Type, m.Payload)
+		}
+	case <-time.After(500 * time.Millisecond):
+	}
 }
 
 // waitSubscriptions waits until srv reports n open subscriptions in its

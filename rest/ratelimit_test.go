@@ -19,6 +19,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testnats"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -179,29 +180,38 @@ func TestRateLimitConcurrent(t *testing.T) {
 	}
 }
 
-// Two replicas on one PostgreSQL draw on one budget, also when hit at once.
+// Two replicas on one PostgreSQL draw on one budget, also when hit at once
+// (on either cross-replica transport: budgets live in the database).
 func TestRateLimitReplicasShareBudget(t *testing.T) {
-	a := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, Env: specLimits})
-	b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.DatabaseURL, Env: specLimits})
-	for i, srv := range []*testserver.Server{a, b, a, b, a} {
-		if r := srv.Do(t, "POST", "/api/v1/auth/sign-in", "", badSignIn); r.Status != http.StatusBadRequest {
-			t.Fatalf("sign-in %d: %d %s", i+1, r.Status, r.Body)
-		}
-	}
-	for name, srv := range map[string]*testserver.Server{"a": a, "b": b} {
-		if r := srv.Do(t, "POST", "/api/v1/auth/sign-in", "", badSignIn); r.Status != http.StatusTooManyRequests {
-			t.Fatalf("replica %s after five across both: %d %s", name, r.Status, r.Body)
-		}
-	}
+	for _, transport := range testnats.Transports {
+		t.Run(transport, func(t *testing.T) {
+			env := testnats.Env(t, transport)
+			for k, v := range specLimits {
+				env[k] = v
+			}
+			a := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, Env: env})
+			b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.DatabaseURL, Env: env})
+			for i, srv := range []*testserver.Server{a, b, a, b, a} {
+				if r := srv.Do(t, "POST", "/api/v1/auth/sign-in", "", badSignIn); r.Status != http.StatusBadRequest {
+					t.Fatalf("sign-in %d: %d %s", i+1, r.Status, r.Body)
+				}
+			}
+			for name, srv := range map[string]*testserver.Server{"a": a, "b": b} {
+				if r := srv.Do(t, "POST", "/api/v1/auth/sign-in", "", badSignIn); r.Status != http.StatusTooManyRequests {
+					t.Fatalf("replica %s after five across both: %d %s", name, r.Status, r.Body)
+				}
+			}
 
-	// At once: a budget of 5 (create-session, per token) split over both.
-	dev := a.Device(t)
-	clearOfWindowEdge(t, 300*time.Second)
-	statuses := burstDo(t, []*testserver.Server{a, b}, 60, func(srv *testserver.Server) int {
-		return status(srv, "POST", "/api/v1/vouchers/sessions/create-session", dev.Token, nil)
-	})
-	if statuses[http.StatusOK] != 5 || statuses[http.StatusTooManyRequests] != 55 {
-		t.Fatalf("statuses %v, want 5×200 and 55×429", statuses)
+			// At once: a budget of 5 (create-session, per token) split over both.
+			dev := a.Device(t)
+			clearOfWindowEdge(t, 300*time.Second)
+			statuses := burstDo(t, []*testserver.Server{a, b}, 60, func(srv *testserver.Server) int {
+				return status(srv, "POST", "/api/v1/vouchers/sessions/create-session", dev.Token, nil)
+			})
+			if statuses[http.StatusOK] != 5 || statuses[http.StatusTooManyRequests] != 55 {
+				t.Fatalf("statuses %v, want 5×200 and 55×429", statuses)
+			}
+		})
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testnats"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -31,10 +32,12 @@ import (
 // Other callers' sockets stay open and answer throughout. Every wait is
 // for an event (a message, a close frame), never a sleep.
 func TestSocketsEndWithTheirGrounds(t *testing.T) {
-	for _, dialect := range testdb.Dialects {
-		t.Run(dialect, func(t *testing.T) {
+	for _, c := range replicaSetups() {
+		dialect := c.dialect
+		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			env := map[string]string{"VOUCHER_JWT_SECRET": testSecret}
+			env := c.env(t)
+			env["VOUCHER_JWT_SECRET"] = testSecret
 			a := testserver.Start(t, testserver.Options{Dialect: dialect, Env: env})
 			b := a
 			if dialect == storage.Postgres {
@@ -149,6 +152,35 @@ func TestSocketsEndWithTheirGrounds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// replicaSetup is a database and, on PostgreSQL (where a test runs two
+// replicas), the transport between the replicas.
+type replicaSetup struct {
+	name, dialect, transport string
+}
+
+// replicaSetups are SQLite, and PostgreSQL on each cross-replica transport.
+func replicaSetups() []replicaSetup {
+	var out []replicaSetup
+	for _, d := range testdb.Dialects {
+		if d != storage.Postgres {
+			out = append(out, replicaSetup{name: d, dialect: d})
+			continue
+		}
+		for _, tr := range testnats.Transports {
+			out = append(out, replicaSetup{name: d + "/" + tr, dialect: d, transport: tr})
+		}
+	}
+	return out
+}
+
+// env is the replicas' configuration for the setup's transport.
+func (c replicaSetup) env(t *testing.T) map[string]string {
+	if c.transport == "" {
+		return map[string]string{}
+	}
+	return testnats.Env(t, c.transport)
 }
 
 // socket is a graphql-transport-ws client that answers pings.

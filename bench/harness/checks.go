@@ -137,7 +137,10 @@ func checks(r *report.Run) []report.Check {
 	for _, side := range []struct {
 		id, label string
 		bound     float64
-	}{{"subs-c2c", "PG, same replica", 1.2}, {"subs-c2c-replica", "PG, other replica", 1.5}, {"subs-c2c-sqlite", "SQLite", 0}} {
+	}{{"subs-c2c", "PG, same replica", 1.2}, {"subs-c2c-replica", "PG, other replica", 1.5}, {"subs-c2c-sqlite", "SQLite", 0},
+		// The scaling group's pairs (fresh replicas, side by side): the
+		// issue's absolute 5 ms on both transports.
+		{"scale-c2c-notify", "PG over LISTEN/NOTIFY, other replica", 0}, {"scale-c2c-nats", "PG over NATS, other replica", 0}} {
 		target := fmt.Sprintf("commit->subscriber p99 <= %.1f x NOTIFY floor at 1000/s (%s)", side.bound, side.label)
 		if side.bound == 0 {
 			target = "commit->subscriber p99 <= 5 ms at 1000/s (" + side.label + ")"
@@ -208,6 +211,7 @@ func checks(r *report.Run) []report.Check {
 		ref, _ := figure(x, "redeems per second filling it")
 		out = append(out, report.NewInfo("webhook deliveries per second", "drain of a full outbox", v, "/s", "redeems/s filling it", ref))
 	}
+	out = append(out, scalingChecks(r)...)
 	pgLife, _ := get("lifecycle-postgres")
 	for _, l := range []struct{ id, label string }{{"lifecycle-postgres", "PostgreSQL"}, {"lifecycle-sqlite", "SQLite"}} {
 		target := "full lifecycles per second (" + l.label + ")"

@@ -185,12 +185,13 @@ func (h *Harness) serviceEnv(addr, dbURL, pprofAddr string) map[string]string {
 // comes from is the one the bench's own outgoing connections (thousands of
 // them) draw from: a start that lost its port that way is tried again on
 // new ports (seen once: the second replica's pprof port, mid-run).
-func (h *Harness) startService(dbURL string) (*Process, string, error) {
+// extra adds settings to serviceEnv's (a replica's VOUCHER_PUBSUB_URL).
+func (h *Harness) startService(dbURL string, extra ...map[string]string) (*Process, string, error) {
 	var err error
 	for range 3 {
 		var p *Process
 		var pprofAddr string
-		p, pprofAddr, err = h.startServiceOnce(dbURL)
+		p, pprofAddr, err = h.startServiceOnce(dbURL, extra...)
 		if err == nil || !strings.Contains(err.Error(), "address already in use") {
 			return p, pprofAddr, err
 		}
@@ -199,7 +200,7 @@ func (h *Harness) startService(dbURL string) (*Process, string, error) {
 	return nil, "", err
 }
 
-func (h *Harness) startServiceOnce(dbURL string) (*Process, string, error) {
+func (h *Harness) startServiceOnce(dbURL string, extra ...map[string]string) (*Process, string, error) {
 	addr, err := FreeAddr()
 	if err != nil {
 		return nil, "", err
@@ -211,7 +212,13 @@ func (h *Harness) startServiceOnce(dbURL string) (*Process, string, error) {
 	if err != nil {
 		return nil, "", err
 	}
-	p, err := StartProcess("voucherd", h.cfg.Voucherd, nil, h.serviceEnv(addr, dbURL, pprofAddr), addr, "/readyz")
+	env := h.serviceEnv(addr, dbURL, pprofAddr)
+	for _, e := range extra {
+		for k, v := range e {
+			env[k] = v
+		}
+	}
+	p, err := StartProcess("voucherd", h.cfg.Voucherd, nil, env, addr, "/readyz")
 	return p, pprofAddr, err
 }
 

@@ -128,6 +128,9 @@ func (s *pgScenarios) all(ctx context.Context) {
 		s.fanout(ctx)
 		s.idle(ctx)
 	}
+	if h.want("scaling") {
+		s.scaling(ctx)
+	}
 }
 
 // settle cleans up after a writing phase before anything else is

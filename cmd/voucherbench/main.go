@@ -79,7 +79,7 @@ func runBench(args []string, log *slog.Logger) error {
 		fanEvents = fs.Int("fanout-events", 20, "events fanned out to them")
 		whRate    = fs.Float64("webhook-rate", 100, "business redeems per second for webhook latency")
 		whBurst   = fs.Int("webhook-burst", 2000, "business redeems in the webhook throughput burst")
-		only      = fs.String("only", "", "comma-separated groups: transitions,read,hostile,lifecycle,webhooks,apikeys,subscriptions (default all)")
+		only      = fs.String("only", "", "comma-separated groups: transitions,read,hostile,lifecycle,webhooks,apikeys,subscriptions,scaling (default all)")
 		profile   = fs.Bool("profile", false, "capture pprof CPU and allocation profiles of the service per scenario (needs VOUCHER_PPROF_ADDR support)")
 		timeout   = fs.Duration("timeout", 15*time.Minute, "give up after this long")
 		selfProf  = fs.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file (what the harness costs the machine)")
@@ -99,7 +99,7 @@ func runBench(args []string, log *slog.Logger) error {
 	for _, g := range strings.Split(*only, ",") {
 		if g = strings.TrimSpace(g); g != "" {
 			switch g {
-			case "transitions", "read", "hostile", "lifecycle", "webhooks", "apikeys", "subscriptions":
+			case "transitions", "read", "hostile", "lifecycle", "webhooks", "apikeys", "subscriptions", "scaling":
 				groups[g] = true
 			default:
 				return fmt.Errorf("-only: unknown group %q", g)

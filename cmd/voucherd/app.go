@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,6 +38,7 @@ import (
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/password"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/pubsub/natsbus"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/secretbox"
@@ -76,7 +78,12 @@ type App struct {
 	// notifier sends after commit.
 	Hub      *pubsub.Hub
 	listener *pubsub.Listener
-	notifier *pubsub.Notifier
+	// notifier tells the other replicas: pubsub.Notifier (LISTEN/NOTIFY)
+	// or, with VOUCHER_PUBSUB_URL, natsbus.Bus, which also feeds the hub.
+	notifier crossReplica
+	// dispatcher is Dispatcher for the NATS bus's handlers, which may
+	// run before buildWebhooks made it.
+	dispatcher atomic.Pointer[webhook.Dispatcher]
 	// sockets ends every GraphQL websocket at shutdown (they are detached
 	// from their HTTP requests, which the HTTP server's shutdown ends).
 	sockets      context.Context
@@ -121,6 +128,16 @@ type App struct {
 	handler http.Handler
 	wg      sync.WaitGroup
 	stop    context.CancelFunc
+}
+
+// crossReplica sends this replica's committed changes, wake-ups and
+// messages to the other replicas: pubsub.Notifier over LISTEN/NOTIFY, or
+// natsbus.Bus over NATS.
+type crossReplica interface {
+	pubsub.Publisher
+	Signal(channel string)
+	Send(channel, payload string)
+	Close(ctx context.Context) error
 }
 
 // Clock is the time source; tests replace it.
@@ -312,8 +329,13 @@ func (a *App) secret(ctx context.Context, configured, key string) (string, error
 func (a *App) buildWebhooks() {
 	cfg := a.Config
 	listen := ""
-	if a.DB.IsPostgres() {
+	if a.DB.IsPostgres() && cfg.PubSubURL == "" {
+		// Over NATS the bus wakes the dispatcher instead (buildPubsub).
 		listen = cfg.DatabaseURL
+	}
+	claim := ""
+	if a.DB.IsPostgres() {
+		claim = cfg.DatabaseURL
 	}
 	a.Dispatcher = webhook.NewDispatcher(a.DB, webhook.DispatcherOptions{
 		Transport:     sender.New(netguard.Options{AllowPrivate: cfg.WebhookAllowPrivate}),
@@ -322,10 +344,11 @@ func (a *App) buildWebhooks() {
 		RetryInterval: cfg.WebhookRetryInterval,
 		Workers:       cfg.WebhookWorkers,
 		ListenURL:     listen,
-		ClaimURL:      listen,
+		ClaimURL:      claim,
 		Log:           a.Log,
 		OnAttempt:     a.metrics.webhooks.OnAttempt,
 	})
+	a.dispatcher.Store(a.Dispatcher)
 	a.Webhooks = webhook.NewService(a.DB, webhook.Options{
 		Box: a.Box, AllowPrivate: cfg.WebhookAllowPrivate, Dispatcher: a.Dispatcher, Log: a.Log,
 	})
@@ -522,6 +545,9 @@ func (a *App) buildPubsub(ctx context.Context) error {
 	if !a.DB.IsPostgres() {
 		return nil
 	}
+	if a.Config.PubSubURL != "" {
+		return a.buildNATS(ctx)
+	}
 	n, err := pubsub.NewNotifier(ctx, a.Config.DatabaseURL, pubsub.NotifierOptions{Log: a.Log})
 	if err != nil {
 		a.Hub.Close()
@@ -538,6 +564,38 @@ func (a *App) buildPubsub(ctx context.Context) error {
 	a.notifier, a.listener = n, l
 	a.ends.Connect(revocation.Transport{Replica: n.Replica(), Send: n.Send, Peers: l.Peers, Heard: l.Heard})
 	return nil
+}
+
+// buildNATS is buildPubsub over NATS (VOUCHER_PUBSUB_URL): one bus both
+// tells the other replicas and feeds the hub with theirs; the webhook
+// dispatcher is woken by it, and once more after every reconnection (a
+// wake-up may have been lost; the poll would find it later anyway).
+// PostgreSQL stays the source of truth: whatever NATS loses, the hub
+// re-reads (natsbus).
+func (a *App) buildNATS(ctx context.Context) error {
+	bus, err := natsbus.Connect(ctx, a.Hub, natsbus.Options{
+		URL: a.Config.PubSubURL, Log: a.Log,
+		Handlers: map[string]func(string){
+			revocation.EndedChannel: a.ends.Handle,
+			revocation.AckChannel:   a.ends.HandleAck,
+			webhook.NotifyChannel:   func(string) { a.wakeDispatcher() },
+		},
+		Lost:        a.ends.Lost,
+		Reconnected: a.wakeDispatcher,
+	})
+	if err != nil {
+		a.Hub.Close()
+		return err
+	}
+	a.notifier = bus
+	a.ends.Connect(revocation.Transport{Replica: bus.Replica(), Send: bus.Send, Peers: bus.Peers, Heard: bus.Heard})
+	return nil
+}
+
+func (a *App) wakeDispatcher() {
+	if d := a.dispatcher.Load(); d != nil {
+		d.Wake()
+	}
 }
 
 // endLocalSockets closes this replica's websockets of principal id.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
@@ -15,6 +16,7 @@ import (
 	"github.com/gorilla/websocket"
 
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
+	"github.com/voucherd/voucherd/testsupport/testnats"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -24,7 +26,8 @@ import (
 // transaction not mined), the payment mined (PENDING, 1 confirmation),
 // then CONFIRMED at 2 confirmations. The chain is go-ethereum's simulated
 // one served over JSON-RPC, so blocks come exactly when the test commits
-// them; on SQLite and PostgreSQL.
+// them; on SQLite and PostgreSQL, and across two replicas on PostgreSQL
+// over each cross-replica transport.
 func TestSettlementPushedOnVoucherUpdated(t *testing.T) {
 	ctx := context.Background()
 	owner, payer := testchain.DevAccount(0), testchain.DevAccount(1)
@@ -70,9 +73,25 @@ func TestSettlementPushedOnVoucherUpdated(t *testing.T) {
   "prices": {"USDC": "1"}
 }`, node.URL, token.Hex()))
 
-	for _, dialect := range []string{"sqlite", "postgres"} {
-		t.Run(dialect, func(t *testing.T) {
-			s := testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": financeFile}})
+	// On PostgreSQL also two replicas, both watching the chain, the
+	// subscriber on the second and every request on the first: whichever
+	// replica's watcher records a change, the subscriber is pushed it
+	// (over LISTEN/NOTIFY, or NATS).
+	setups := []struct{ name, dialect, transport string }{{"sqlite", "sqlite", ""}, {"postgres", "postgres", ""}}
+	for _, tr := range testnats.Transports {
+		setups = append(setups, struct{ name, dialect, transport string }{"postgres-2-replicas/" + tr, "postgres", tr})
+	}
+	for _, setup := range setups {
+		t.Run(setup.name, func(t *testing.T) {
+			env := map[string]string{"VOUCHER_FINANCE_FILE": financeFile}
+			if setup.transport != "" {
+				maps.Copy(env, testnats.Env(t, setup.transport))
+			}
+			s := testserver.Start(t, testserver.Options{Dialect: setup.dialect, Env: env})
+			watched := s
+			if setup.transport != "" {
+				watched = testserver.Start(t, testserver.Options{Dialect: setup.dialect, DatabaseURL: s.DatabaseURL, Env: env})
+			}
 			wallet := s.Device(t)
 			_, code := s.Session(t, wallet)
 			payeeID := s.Resource(t, code)
@@ -89,7 +108,7 @@ func TestSettlementPushedOnVoucherUpdated(t *testing.T) {
 			}
 			r.JSON(t, &v)
 
-			ws := subscribeVoucher(t, s.URL, wallet.Token, id)
+			ws := subscribeVoucher(t, watched.URL, wallet.Token, id)
 			defer ws.Close()
 			// A subscription by id starts with the current state: once it
 			// is here, the subscription is live.

@@ -21,6 +21,7 @@ import (
 	"github.com/voucherd/voucherd/internal/storage"
 	"github.com/voucherd/voucherd/internal/webhook"
 	"github.com/voucherd/voucherd/testsupport/testdb"
+	"github.com/voucherd/voucherd/testsupport/testnats"
 	"github.com/voucherd/voucherd/testsupport/testserver"
 )
 
@@ -524,45 +525,45 @@ func TestE2ECrashRecovery(t *testing.T) {
 	}
 }
 
-// Two replicas on one PostgreSQL deliver each event to each endpoint once.
+// Two replicas on one PostgreSQL deliver each event to each endpoint once,
+// their wake-ups carried by LISTEN/NOTIFY or by NATS.
 func TestE2ETwoReplicas(t *testing.T) {
 	t.Parallel()
-	a := startWorld(t, storage.Postgres, nil, webhook.DepositCreated)
-	second := a.createEndpoint(t, a.rcv.srv.URL+"/second", webhook.DepositCreated)
-	b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.srv.DatabaseURL,
-		Env: map[string]string{"VOUCHER_WEBHOOK_RETRY_INTERVAL": "200ms"}})
-	const n = 24
-	var ids []string
-	for i := range n {
-		w := *a
-		if i%2 == 1 {
-			w.srv = b // commit on either replica
-		}
-		id, _ := w.deposit(t, "1")
-		ids = append(ids, id)
-	}
-	testserver.Eventually(t, 20*time.Second, "every event at both endpoints", func() bool { return len(a.rcv.all()) >= 2*n })
-	time.Sleep(500 * time.Millisecond)
-	// Count receipts by webhook-id and endpoint (path).
-	perID := map[string]map[string]int{}
-	for _, d := range a.rcv.all() {
-		id := d.header.Get("webhook-id")
-		if perID[id] == nil {
-			perID[id] = map[string]int{}
-		}
-		perID[id][d.path]++
-	}
-	if len(perID) != n {
-		t.Fatalf("%d distinct webhook-ids, want %d", len(perID), n)
-	}
-	for id, byPath := range perID {
-		if len(byPath) != 2 || byPath["/hooks"] != 1 || byPath["/second"] != 1 {
-			t.Fatalf("event %s delivered %v, want once to each endpoint", id, byPath)
-		}
-	}
-	_ = second
-	if len(ids) != n {
-		t.Fatal(ids)
+	for _, transport := range testnats.Transports {
+		t.Run(transport, func(t *testing.T) {
+			env := testnats.Env(t, transport)
+			a := startWorld(t, storage.Postgres, env, webhook.DepositCreated)
+			a.createEndpoint(t, a.rcv.srv.URL+"/second", webhook.DepositCreated)
+			env["VOUCHER_WEBHOOK_RETRY_INTERVAL"] = "200ms"
+			b := testserver.Start(t, testserver.Options{Dialect: storage.Postgres, DatabaseURL: a.srv.DatabaseURL, Env: env})
+			const n = 24
+			for i := range n {
+				w := *a
+				if i%2 == 1 {
+					w.srv = b // commit on either replica
+				}
+				w.deposit(t, "1")
+			}
+			testserver.Eventually(t, 20*time.Second, "every event at both endpoints", func() bool { return len(a.rcv.all()) >= 2*n })
+			time.Sleep(500 * time.Millisecond)
+			// Count receipts by webhook-id and endpoint (path).
+			perID := map[string]map[string]int{}
+			for _, d := range a.rcv.all() {
+				id := d.header.Get("webhook-id")
+				if perID[id] == nil {
+					perID[id] = map[string]int{}
+				}
+				perID[id][d.path]++
+			}
+			if len(perID) != n {
+				t.Fatalf("%d distinct webhook-ids, want %d", len(perID), n)
+			}
+			for id, byPath := range perID {
+				if len(byPath) != 2 || byPath["/hooks"] != 1 || byPath["/second"] != 1 {
+					t.Fatalf("event %s delivered %v, want once to each endpoint", id, byPath)
+				}
+			}
+		})
 	}
 }
 

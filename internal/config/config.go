@@ -77,6 +77,10 @@ type Config struct {
 	// PublicURL is the service's public base URL; checkout URLs are made
 	// from it (internal/widget).
 	PublicURL string
+	// PubSubURL, when set, names the NATS servers that carry the
+	// cross-replica notifications instead of LISTEN/NOTIFY
+	// (internal/pubsub/natsbus). It may hold credentials: never printed.
+	PubSubURL string
 }
 
 // Var documents one setting; the README's table is written from this list.
@@ -116,6 +120,7 @@ var Vars = []Var{
 	{"VOUCHER_SWEEP_INTERVAL", "sweep-interval", "5s", "how often expired vouchers and sessions are recorded"},
 	{"VOUCHER_SETTLEMENT_WINDOW", "settlement-window", "1h", "how long after resolve a payment on a verified network may take to confirm; a settlement with nothing confirmed by then is FAILED"},
 	{"VOUCHER_PUBLIC_URL", "public-url", "", "public base URL of the service (https://pay.example.com); checkout URLs start with it; unset: the address the create-checkout request came to (development)"},
+	{"VOUCHER_PUBSUB_URL", "pubsub-url", "", "nats://host:port[,nats://host:port...]: carry cross-replica notifications (voucher changes, ended sessions and memberships, webhook wake-ups) over NATS instead of PostgreSQL LISTEN/NOTIFY (PostgreSQL only; docs/scaling.md)"},
 	{"VOUCHER_PPROF_ADDR", "pprof-addr", "", "serve net/http/pprof on this separate host:port (profiling; empty = off, keep it on loopback)"},
 }
 
@@ -180,6 +185,7 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		GraphQLTimeBudget:    dur("VOUCHER_GRAPHQL_TIME_BUDGET"),
 		PprofAddr:            get("VOUCHER_PPROF_ADDR"),
 		PublicURL:            get("VOUCHER_PUBLIC_URL"),
+		PubSubURL:            get("VOUCHER_PUBSUB_URL"),
 	}
 	if b, err := strconv.ParseBool(get("VOUCHER_DB_PREPARE")); err != nil {
 		bad("VOUCHER_DB_PREPARE", "want true or false, got %q", get("VOUCHER_DB_PREPARE"))
@@ -254,6 +260,13 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 	if c.DatabaseURL == "" {
 		bad("VOUCHER_DATABASE_URL", "must not be empty")
 	}
+	if c.PubSubURL != "" {
+		if err := validNATSURLs(c.PubSubURL); err != nil {
+			bad("VOUCHER_PUBSUB_URL", "want nats://host:port, comma-separated for several servers: %v", err)
+		} else if !strings.HasPrefix(c.DatabaseURL, "postgres://") && !strings.HasPrefix(c.DatabaseURL, "postgresql://") {
+			bad("VOUCHER_PUBSUB_URL", "needs PostgreSQL (VOUCHER_DATABASE_URL=postgres://...): replicas share one PostgreSQL, the embedded database has no other replica to tell")
+		}
+	}
 	if origins, err := ParseOrigins(get("VOUCHER_CORS_ORIGINS")); err != nil {
 		bad("VOUCHER_CORS_ORIGINS", "%v", err)
 	} else {
@@ -263,6 +276,19 @@ func Load(args []string, getenv func(string) string) (*Config, error) {
 		return nil, fmt.Errorf("invalid configuration:\n%w", err)
 	}
 	return c, nil
+}
+
+// validNATSURLs checks a comma-separated list of nats:// (or tls://)
+// server URLs. The error names a server by position, never by its text (it
+// may carry credentials).
+func validNATSURLs(list string) error {
+	for i, s := range strings.Split(list, ",") {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || (u.Scheme != "nats" && u.Scheme != "tls") || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("server %d is not a nats://host:port URL", i+1)
+		}
+	}
+	return nil
 }
 
 // FromEnvironment loads from the process environment and os.Args.

@@ -51,3 +51,43 @@ func TestParseOrigins(t *testing.T) {
 		t.Fatalf("Load with a bad origin: %v", err)
 	}
 }
+
+// VOUCHER_PUBSUB_URL: empty by default (LISTEN/NOTIFY); one or more
+// nats:// servers on PostgreSQL; anything else is refused, without the
+// value (it may carry credentials) in the message.
+func TestPubSubURL(t *testing.T) {
+	const pg = "postgres://u@127.0.0.1/db"
+	for _, tt := range []struct {
+		db, value string
+		ok        bool
+	}{
+		{pg, "", true},
+		{"sqlite://./x.db", "", true},
+		{pg, "nats://127.0.0.1:4222", true},
+		{pg, "nats://user:pw@a.example:4222, nats://b.example:4222", true},
+		{pg, "tls://nats.example:4222", true},
+		{pg, "http://user:hunter2@127.0.0.1:4222", false},
+		{pg, "nats://", false},
+		{pg, "nats://127.0.0.1:4222/path", false},
+		{pg, "nats://127.0.0.1:4222,", false},
+		{"sqlite://./x.db", "nats://127.0.0.1:4222", false},
+	} {
+		env := map[string]string{"VOUCHER_DATABASE_URL": tt.db, "VOUCHER_PUBSUB_URL": tt.value}
+		c, err := Load(nil, func(k string) string { return env[k] })
+		if tt.ok {
+			if err != nil {
+				t.Fatalf("%s with %q: %v", tt.db, tt.value, err)
+			}
+			if c.PubSubURL != strings.TrimSpace(tt.value) {
+				t.Fatalf("PubSubURL %q", c.PubSubURL)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), "VOUCHER_PUBSUB_URL") {
+			t.Fatalf("%s with %q: %v, want a VOUCHER_PUBSUB_URL error", tt.db, tt.value, err)
+		}
+		if strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("the error repeats the URL: %v", err)
+		}
+	}
+}

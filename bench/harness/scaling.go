@@ -1,0 +1,484 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/voucherd/voucherd/bench/pgref"
+	"github.com/voucherd/voucherd/bench/proc"
+	"github.com/voucherd/voucherd/bench/report"
+	"github.com/voucherd/voucherd/bench/stats"
+)
+
+// The "scaling" group measures how far one database carries the service
+// (docs/scaling.md): the cross-replica commit→subscriber latency over
+// LISTEN/NOTIFY and over NATS, transitions per second with 1, 2 and 3
+// replicas on one database, and the transition (= notification) rate at
+// which commit latency bends on each transport. Replicas are fresh
+// processes on the run's database; NATS is a nats-server started in this
+// process on a loopback port (its CPU is the load generator's).
+
+// Cross-replica transports, as the scaling results name them.
+const (
+	transportNotify = "notify"
+	transportNATS   = "nats"
+)
+
+var transportNames = map[string]string{transportNotify: "LISTEN/NOTIFY", transportNATS: "NATS"}
+
+// startNATS runs a NATS server on a free loopback port.
+func startNATS() (*server.Server, string, error) {
+	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+	if err != nil {
+		return nil, "", err
+	}
+	srv.Start()
+	if !srv.ReadyForConnections(10 * time.Second) {
+		srv.Shutdown()
+		return nil, "", errors.New("nats-server not ready")
+	}
+	return srv, srv.ClientURL(), nil
+}
+
+// replicas starts n replicas of the service on the run's database over
+// transport; stop stops them all.
+func (s *pgScenarios) replicas(n int, transport, natsURL string) (ps []*Process, stop func(), err error) {
+	env := map[string]string{}
+	if transport == transportNATS {
+		env["VOUCHER_PUBSUB_URL"] = natsURL
+	}
+	stop = func() {
+		for _, p := range ps {
+			p.Stop()
+		}
+	}
+	for range n {
+		p, _, err := s.h.startService(s.h.dsn, env)
+		if err != nil {
+			stop()
+			return nil, func() {}, err
+		}
+		ps = append(ps, p)
+	}
+	// Each replica hears the others' first heartbeat (1 s) before it is
+	// measured: until then a LISTEN/NOTIFY notifier sends nothing.
+	time.Sleep(1500 * time.Millisecond)
+	return ps, stop, nil
+}
+
+func (s *pgScenarios) scaling(ctx context.Context) {
+	h := s.h
+	// A group that cannot run says so under every id its checks read, so
+	// the checks fail as not run instead of passing as not asked for.
+	notRun := func(reason string) {
+		for _, id := range []string{"scale-c2c-" + transportNotify, "scale-c2c-" + transportNATS, "scale-tx-r1", "scale-tx-r2", "scale-tx-r3",
+			"scale-bend-" + transportNotify, "scale-bend-" + transportNATS} {
+			h.notRun(id, "scaling", id, reason)
+		}
+	}
+	if r := s.setupReason("reserve-voucher", "redeem-voucher", "negotiate-voucher", "voucherUpdated(id:)"); r != "" {
+		notRun(r)
+		return
+	}
+	ns, natsURL, err := startNATS()
+	if err != nil {
+		notRun("nats-server: " + err.Error())
+		return
+	}
+	defer ns.Shutdown()
+	s.scalingC2C(ctx, natsURL)
+	s.settle(ctx)
+	s.replicaTransitions(ctx)
+	s.settle(ctx)
+	s.notifyBend(ctx, natsURL)
+}
+
+// scalingC2C: commitToClient's phase on two fresh replicas, first over
+// LISTEN/NOTIFY, then over NATS, back to back: half the subscribers on the
+// replica that commits, half on the other.
+func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
+	h := s.h
+	for _, tr := range []string{transportNotify, transportNATS} {
+		id, rid := "scale-c2c-same-"+tr, "scale-c2c-"+tr
+		name := fmt.Sprintf("commit→subscriber PG over %s, same replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
+		rname := fmt.Sprintf("commit→subscriber PG over %s, other replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
+		err := guard(func() error {
+			k := int(h.cfg.C2CRate)
+			run, err := s.seed(ctx, s.clone, 1, k)
+			if err != nil {
+				return err
+			}
+			ids := make([]string, k)
+			for i := range ids {
+				ids[i] = pgref.SeedID(run, 0, i+1)
+			}
+			if err := s.redeemAll(ctx, s.payee, ids); err != nil {
+				return fmt.Errorf("setup redeem: %w", err)
+			}
+			ps, stop, err := s.replicas(2, tr, natsURL)
+			if err != nil {
+				return err
+			}
+			defer stop()
+			api := NewAPI(ps[0].URL, 64)
+			defer api.CloseIdle()
+			return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: ps[0], api: api,
+				payer: s.payer.Token, ids: ids, replica: ps[1], rid: rid, rname: rname, flushDir: h.pg.Dir()})
+		})
+		if err != nil {
+			h.notRun(id, "scaling", name, "failed: "+err.Error())
+			h.notRun(rid, "scaling", rname, "failed: "+err.Error())
+		}
+	}
+}
+
+// replicaTransitions: redeem over REST at 64 clients (the largest
+// -clients value) spread evenly over 1, 2 and 3 replicas on one database
+// (LISTEN/NOTIFY between them), in the order 1, 2, 3, 2, 1 (half a phase
+// each for 1 and 2, a whole one for 3), so a drift of the machine's speed
+// falls on every count alike.
+func (s *pgScenarios) replicaTransitions(ctx context.Context) {
+	h := s.h
+	c := 0
+	for _, x := range h.cfg.TransitionClients {
+		c = max(c, x)
+	}
+	name := func(n int) (string, string) {
+		return fmt.Sprintf("scale-tx-r%d", n), fmt.Sprintf("redeem REST PG, %d clients over %d replica(s)", c, n)
+	}
+	fail := func(err error) {
+		for n := 1; n <= 3; n++ {
+			id, nm := name(n)
+			h.notRun(id, "scaling", nm, "failed: "+err.Error())
+		}
+	}
+	ps, stop, err := s.replicas(3, transportNotify, "")
+	if err != nil {
+		fail(err)
+		return
+	}
+	defer stop()
+	// Replicas 2 and 3 are stopped while fewer are measured (a LISTEN/NOTIFY
+	// notifier sends only while another replica listens): restart them.
+	procs := ps
+	restart := func(i int) error {
+		procs[i].Stop()
+		p, _, err := h.startService(h.dsn, nil)
+		if err != nil {
+			return err
+		}
+		procs[i] = p
+		time.Sleep(1500 * time.Millisecond)
+		return nil
+	}
+	procs[1].Stop()
+	procs[2].Stop()
+
+	half := h.cfg.Duration / 2
+	total := int(8000*(3*h.cfg.Duration+5*h.cfg.Warmup+10*time.Second).Seconds()) + 1000
+	run, err := s.seed(ctx, s.clone, 1, total)
+	if err != nil {
+		fail(err)
+		return
+	}
+	var next atomic.Int64
+	type acc struct {
+		rec          *stats.Recorder
+		elapsed, cpu time.Duration
+		busy, ticks  uint64
+	}
+	accs := map[int]*acc{1: {rec: stats.NewRecorder(0)}, 2: {rec: stats.NewRecorder(0)}, 3: {rec: stats.NewRecorder(0)}}
+	measure := func(n int, d time.Duration) error {
+		conns := make([]leanConns, n)
+		for i := range n {
+			conns[i] = newLeanConns(procs[i].Addr, c)
+			defer conns[i].Close()
+		}
+		var exhausted atomic.Bool
+		op := func(ctx context.Context, w int) error {
+			k := int(next.Add(1))
+			if k > total {
+				exhausted.Store(true)
+				return errors.New("seeded vouchers exhausted")
+			}
+			return redeemed(conns[w%n].ok(ctx, w, http.MethodPost, "/api/v1/vouchers/"+pgref.SeedID(run, 0, k)+"/redeem-voucher", s.payee, redeemBody))
+		}
+		warm(ctx, c, h.cfg.Warmup, op)
+		a := accs[n]
+		var c0 time.Duration
+		for _, p := range procs[:n] {
+			x, _ := proc.CPU(p.Pid())
+			c0 += x
+		}
+		b0, t0, _ := proc.MachineCPU()
+		a.elapsed += runLoop(ctx, c, d, op, a.rec)
+		b1, t1, _ := proc.MachineCPU()
+		for _, p := range procs[:n] {
+			x, _ := proc.CPU(p.Pid())
+			a.cpu += x
+		}
+		a.cpu -= c0
+		a.busy, a.ticks = a.busy+b1-b0, a.ticks+t1-t0
+		if exhausted.Load() {
+			return errors.New("seeded vouchers exhausted")
+		}
+		return nil
+	}
+	err = guard(func() error {
+		steps := []struct {
+			n int
+			d time.Duration
+		}{{1, half}, {2, half}, {3, h.cfg.Duration}, {2, half}, {1, half}}
+		up := 1
+		for _, st := range steps {
+			for up < st.n {
+				if err := restart(up); err != nil {
+					return err
+				}
+				up++
+			}
+			for up > st.n {
+				up--
+				procs[up].Stop()
+			}
+			if err := measure(st.n, st.d); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		fail(err)
+		return
+	}
+	one := 0.0
+	for n := 1; n <= 3; n++ {
+		a := accs[n]
+		sum := a.rec.Summary(a.elapsed)
+		if n == 1 {
+			one = sum.PerSec
+		}
+		id, nm := name(n)
+		figs := []report.Figure{
+			{Name: "replicas", Value: float64(n), Unit: ""},
+			{Name: "transitions per second", Value: sum.PerSec, Unit: "/s"},
+			busyFigure(busyShare(a.busy, a.ticks)),
+		}
+		if one > 0 {
+			figs = append(figs, report.Figure{Name: "× one replica", Value: sum.PerSec / one, Unit: "×"})
+		}
+		if sum.Count > 0 {
+			figs = append(figs, report.Figure{Name: "replicas' CPU per redeem (all replicas)", Value: float64(a.cpu) / float64(sum.Count) / float64(time.Microsecond), Unit: "µs"})
+		}
+		h.add(&report.Result{ID: id, Group: "scaling", Name: nm, Unit: "req", Latency: &sum, Figures: figs,
+			Notes: []string{fmt.Sprintf("closed loop of %d clients, client i on replica i mod n; phases 1, 2, 3, 2, 1 replicas (%s, %s, %s, %s, %s); LISTEN/NOTIFY between replicas; replicas not measured are stopped",
+				c, half, half, h.cfg.Duration, half, half)}})
+	}
+}
+
+// bendRates are the transition rates notifyBend offers, low to high.
+var bendRates = []float64{250, 500, 1000, 2000, 3000, 4000}
+
+const bendFigure = "bend rate (p99 > 2 × reference, or < 90% achieved)"
+
+// bendSlices is how many turns each transport takes at each rate.
+const bendSlices = 3
+
+// notifyBend: negotiations at fixed rates, half sent to each of two
+// replicas (so every transition is one cross-replica notification), on a
+// LISTEN/NOTIFY pair and on a NATS pair taking turns at each rate. The
+// figure is the negotiate request's latency, which includes its commit;
+// the bend is the first rate whose p99 is over twice the reference or
+// that the service could not keep up with (achieved < 90% of offered),
+// the reference being the better p99 of the two lowest rates.
+func (s *pgScenarios) notifyBend(ctx context.Context, natsURL string) {
+	h := s.h
+	const pool = 2000
+	d := max(h.cfg.Unloaded, 3*time.Second)
+	fail := func(reason string) {
+		for _, tr := range []string{transportNotify, transportNATS} {
+			h.notRun("scale-bend-"+tr, "scaling", "commit-latency bend over "+transportNames[tr], reason)
+		}
+	}
+	run, err := s.seed(ctx, s.clone, 1, pool)
+	if err != nil {
+		fail("failed: " + err.Error())
+		return
+	}
+	ids := make([]string, pool)
+	for i := range ids {
+		ids[i] = pgref.SeedID(run, 0, i+1)
+	}
+	if err := s.redeemAll(ctx, s.payee, ids); err != nil {
+		fail("setup redeem: " + err.Error())
+		return
+	}
+	type pair struct {
+		tr   string
+		ps   []*Process
+		pool []*leanPool
+	}
+	var pairs []*pair
+	for _, tr := range []string{transportNotify, transportNATS} {
+		ps, stop, err := s.replicas(2, tr, natsURL)
+		if err != nil {
+			fail("failed: " + err.Error())
+			return
+		}
+		defer stop()
+		p := &pair{tr: tr, ps: ps}
+		for _, x := range ps {
+			lp := newLeanPool(x.Addr)
+			defer lp.Close()
+			p.pool = append(p.pool, lp)
+		}
+		pairs = append(pairs, p)
+	}
+	type point struct {
+		rate, achieved float64
+		sum            stats.Summary
+		busy           float64
+	}
+	points := map[string][]point{}
+	var cursor atomic.Int64
+	for _, rate := range bendRates {
+		// At each rate the transports take turns in bendSlices slices, so
+		// a change in what else the machine is doing falls on both.
+		type acc struct {
+			rec         *stats.Recorder
+			errs        int64
+			errMsg      []string
+			sent        int
+			elapsed     time.Duration
+			busy, ticks uint64
+		}
+		accs := make([]*acc, len(pairs))
+		for i := range accs {
+			accs[i] = &acc{rec: stats.NewRecorder(0)}
+		}
+		slice := max(d/bendSlices, time.Second)
+		for n := 0; n < bendSlices && ctx.Err() == nil; n++ {
+			for j, p := range pairs {
+				a := accs[j]
+				op := func(ctx context.Context, i int) error {
+					v := ids[int(cursor.Add(1))%pool]
+					_, err := p.pool[i%2].ok(ctx, http.MethodPost, "/api/v1/vouchers/"+v+"/negotiate-voucher", s.payer.Token, negotiateBody)
+					return err
+				}
+				if n == 0 {
+					OpenLoop(ctx, rate, h.cfg.Warmup, 1024, op) // unrecorded
+				}
+				timed := func(ctx context.Context, i int) error {
+					t0 := time.Now()
+					err := op(ctx, i)
+					if err == nil {
+						a.rec.Add(time.Since(t0))
+					}
+					return err
+				}
+				b0, t0, _ := proc.MachineCPU()
+				sent, errs, _, elapsed := OpenLoop(ctx, rate, slice, 1024, timed)
+				b1, t1, _ := proc.MachineCPU()
+				es := errs.Summary(elapsed)
+				a.sent += sent
+				a.errs += es.Errors
+				a.errMsg = append(a.errMsg, es.ErrorMsg...)
+				a.elapsed += elapsed
+				a.busy, a.ticks = a.busy+b1-b0, a.ticks+t1-t0
+			}
+		}
+		for j, p := range pairs {
+			a := accs[j]
+			sum := a.rec.Summary(a.elapsed)
+			sum.Errors, sum.ErrorMsg = a.errs, a.errMsg
+			points[p.tr] = append(points[p.tr], point{rate: rate, achieved: float64(int64(a.sent)-a.errs) / a.elapsed.Seconds(), sum: sum, busy: busyShare(a.busy, a.ticks)})
+		}
+	}
+	for _, p := range pairs {
+		pts := points[p.tr]
+		sort.Slice(pts, func(i, j int) bool { return pts[i].rate < pts[j].rate })
+		// The reference is the better p99 of the two lowest rates: one
+		// stalled flush in a 3-second phase can make either look slow.
+		base := pts[0].sum.P99
+		if len(pts) > 1 {
+			base = min(base, pts[1].sum.P99)
+		}
+		bend := 0.0
+		for _, pt := range pts {
+			id := fmt.Sprintf("scale-bend-%s-%.0f", p.tr, pt.rate)
+			nm := fmt.Sprintf("negotiate PG over %s, 2 replicas, %.0f/s offered", transportNames[p.tr], pt.rate)
+			sum := pt.sum
+			h.add(&report.Result{ID: id, Group: "scaling", Name: nm, Unit: "req", Latency: &sum, Figures: []report.Figure{
+				{Name: "offered rate", Value: pt.rate, Unit: "/s"},
+				{Name: "achieved rate", Value: pt.achieved, Unit: "/s"},
+				{Name: "p99 × reference p99", Value: float64(sum.P99) / float64(max(base, time.Microsecond)), Unit: "×"},
+				busyFigure(pt.busy),
+			}})
+			if bend == 0 && (sum.P99 > 2*base || pt.achieved < 0.9*pt.rate) {
+				bend = pt.rate
+			}
+		}
+		id := "scale-bend-" + p.tr
+		nm := fmt.Sprintf("commit-latency bend over %s (2 replicas, notifications/s = transitions/s)", transportNames[p.tr])
+		figs := []report.Figure{{Name: bendFigure, Value: bend, Unit: "/s"},
+			{Name: "highest rate offered", Value: bendRates[len(bendRates)-1], Unit: "/s"},
+			{Name: "reference p99 (the better of the two lowest rates')", Value: ms(base), Unit: "ms"}}
+		note := fmt.Sprintf("rates %v per second, %d slices of %s each after %s unrecorded, the two transports taking turns slice by slice; negotiations round-robin over %d redeemed vouchers, alternate requests to each replica", bendRates, bendSlices, max(d/bendSlices, time.Second), h.cfg.Warmup, pool)
+		if bend == 0 {
+			note += "; no bend up to the highest rate offered (bend rate 0)"
+		}
+		h.add(&report.Result{ID: id, Group: "scaling", Name: nm, Figures: figs, Notes: []string{note}})
+	}
+}
+
+// scalingChecks: 2 replicas' transitions against one replica's, and the
+// notify-bend figures (information, no bound).
+func scalingChecks(r *report.Run) []report.Check {
+	var out []report.Check
+	get := func(id string) (*report.Result, string) {
+		x := r.Find(id)
+		switch {
+		case x == nil:
+			return nil, id + " was not part of this run"
+		case x.NotRun != "":
+			return nil, id + ": " + x.NotRun
+		}
+		return x, ""
+	}
+	figure := func(x *report.Result, name string) float64 {
+		for _, f := range x.Figures {
+			if f.Name == name {
+				return f.Value
+			}
+		}
+		return 0
+	}
+	const target = "transitions with 2 replicas >= 1.6 x one replica"
+	two, why1 := get("scale-tx-r2")
+	one, why2 := get("scale-tx-r1")
+	if two == nil || one == nil || two.Latency == nil || one.Latency == nil {
+		out = append(out, report.Check{Target: target, Figure: "redeem REST /s, 2 replicas", Reference: "1 replica", Bound: 1.6, AtLeast: true, NotRun: first(why1, why2)})
+	} else {
+		out = append(out, report.NewCheck(target, "redeem REST, 2 replicas", two.Latency.PerSec, "/s", "1 replica", one.Latency.PerSec, 1.6, true))
+	}
+	if three, why := get("scale-tx-r3"); three == nil || one == nil || three.Latency == nil {
+		out = append(out, report.Check{Target: "transitions with 3 replicas", Figure: "redeem REST /s", Info: true, NotRun: first(why, why2)})
+	} else {
+		out = append(out, report.NewInfo("transitions with 3 replicas", "redeem REST, 3 replicas", three.Latency.PerSec, "/s", "1 replica", one.Latency.PerSec))
+	}
+	notify, why1 := get("scale-bend-" + transportNotify)
+	nats, why2 := get("scale-bend-" + transportNATS)
+	if notify == nil || nats == nil {
+		out = append(out, report.Check{Target: "notify bend: commit latency bends at (0 = not up to the highest rate)", Figure: "transitions/s", Info: true, NotRun: first(why1, why2)})
+	} else {
+		out = append(out, report.NewInfo("notify bend: commit latency bends at (0 = not up to the highest rate)", "LISTEN/NOTIFY", figure(notify, bendFigure), "/s", "NATS", figure(nats, bendFigure)))
+	}
+	return out
+}
