@@ -114,7 +114,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		// WAL lets readers run beside the writer; immediate transactions take
 		// the write lock up front so concurrent writers queue on busy_timeout
 		// instead of failing; times are written in one sortable text format.
-		dsn := "file:" + path + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)" +
+		dsn := "file:" + sqliteURIPath.Replace(path) + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)" +
 			"&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate&_time_format=sqlite"
 		db, err = sql.Open("sqlite", dsn)
 		if err != nil {
@@ -132,6 +132,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 	drv := entsql.OpenDB(dialect, db)
 	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db, !opts.Unprepared, db.Stats().MaxOpenConnections), Dialect: dialect, URL: safe}, nil
 }
+
+// sqliteURIPath escapes what a "file:" URI gives meaning to, so a path is
+// opened whole: '#' would start a fragment, '?' the parameters, '%' an
+// escape (SQLite's URI rules).
+var sqliteURIPath = strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23")
 
 // Close closes the pool.
 func (db *DB) Close() error {

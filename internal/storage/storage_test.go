@@ -2,6 +2,9 @@ package storage_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/voucherd/voucherd/internal/storage"
@@ -78,5 +81,37 @@ func TestRebind(t *testing.T) {
 	db.Dialect = storage.SQLite
 	if got := db.Rebind("a = ?"); got != "a = ?" {
 		t.Fatal(got)
+	}
+}
+
+// TestSQLitePathIsTakenWhole: a file name is a path, not a URI. Characters
+// a URI gives meaning to ('#' starts a fragment, '?' a query, '%' an
+// escape) are part of the name: a test named "x#01" once opened /tmp/x, a
+// file every run shared.
+func TestSQLitePathIsTakenWhole(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"a#01.db", "b?c.db", "d%41.db"} {
+		path := filepath.Join(dir, name)
+		db, err := storage.Open(context.Background(), "sqlite://"+path, storage.Options{})
+		if err != nil {
+			t.Fatalf("open %q: %v", name, err)
+		}
+		if _, err := db.SQL.Exec("CREATE TABLE t (x INTEGER)"); err != nil {
+			t.Fatalf("create in %q: %v", name, err)
+		}
+		db.Close()
+		if _, err := os.Stat(path); err != nil {
+			t.Errorf("%q: the database is not at its path: %v", name, err)
+		}
+	}
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		switch e.Name() {
+		case "a#01.db", "b?c.db", "d%41.db":
+		default:
+			if !strings.HasSuffix(e.Name(), "-wal") && !strings.HasSuffix(e.Name(), "-shm") {
+				t.Errorf("a stray file %q: a path was cut short", e.Name())
+			}
+		}
 	}
 }
