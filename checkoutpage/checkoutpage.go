@@ -89,6 +89,7 @@ func Register(mux *http.ServeMux, o Options) {
 	mux.HandleFunc("GET /checkout-assets/{name}", h.asset)
 	mux.HandleFunc("GET /checkout/{token}", h.page)
 	mux.HandleFunc("GET /checkout/{token}/events", h.events)
+	mux.HandleFunc("GET /checkout/{token}/qr.png", h.qr)
 }
 
 func secureHeaders(w http.ResponseWriter) {
@@ -146,7 +147,7 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	pc := view.OfPublicCheckout(h.Widgets.PublicOf(v, name))
-	png, err := qrcode.Encode(pc.PaymentURI, qrcode.Medium, 256)
+	png, err := QR(pc.PaymentURI)
 	if err != nil {
 		h.fail(w, r, apperr.InternalError(err))
 		return
@@ -167,6 +168,30 @@ func (h *handler) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	_, _ = w.Write(buf.Bytes())
+}
+
+// QR is the PNG of a payment URI that the page shows (256 px, medium
+// error correction).
+func QR(paymentURI string) ([]byte, error) { return qrcode.Encode(paymentURI, qrcode.Medium, 256) }
+
+// qr answers the checkout's current QR code: after a partial payment the
+// page swaps its code for this one, which asks for what remains (the
+// page's first code is inlined, so a first visit costs no request).
+func (h *handler) qr(w http.ResponseWriter, r *http.Request) {
+	v, name, err := h.Widgets.CheckoutVoucher(r.Context(), r.PathValue("token"))
+	if err != nil {
+		h.fail(w, r, err)
+		return
+	}
+	png, err := QR(h.Widgets.PublicOf(v, name).PaymentURI)
+	if err != nil {
+		h.fail(w, r, apperr.InternalError(err))
+		return
+	}
+	secureHeaders(w)
+	w.Header().Set("Content-Type", "image/png")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write(png)
 }
 
 // fail answers a page request: a plain 404 page for an unknown token,

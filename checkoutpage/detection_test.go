@@ -1,9 +1,12 @@
 package checkoutpage_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"math/big"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/ethereum/go-ethereum/common"
 
+	"github.com/voucherd/voucherd/checkoutpage"
 	"github.com/voucherd/voucherd/internal/settlement/evm/deposit"
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 	"github.com/voucherd/voucherd/testsupport/testbrowser"
@@ -154,6 +158,7 @@ func TestCheckoutPageDetectsPayments(t *testing.T) {
 				if st.Remaining != "6" || !st.RemainingShown || !st.PayShown {
 					t.Fatalf("after a partial payment the page shows %+v", st)
 				}
+				askedForTheRest(t, tb, srv, co, st.Address)
 				shot(t, tb, dialect+"-partial.png")
 				c.PayTo(t, st.Address, 6_000_000)
 				c.Commit()
@@ -195,4 +200,59 @@ func TestCheckoutPageDetectsPayments(t *testing.T) {
 		shot(t, tb, "late.png")
 		s.hooks.wait(t, co.id, "deposit.created ", "deposit.pending 3 late", "deposit.confirmed 3 late")
 	})
+}
+
+// askedForTheRest: after 4 of 10 USDC, the public view, the page's wallet
+// link, its QR code (swapped in by the live event) and its wallet button
+// ask for the 6 that remain, not for the 10 again.
+func askedForTheRest(t *testing.T, tb *testbrowser.Tab, srv *testserver.Server, co checkout, addr string) {
+	t.Helper()
+	var pub struct {
+		CurrencyAddress string `json:"currencyAddress"`
+		ChainID         string `json:"chainId"`
+		AmountAtomic    string `json:"amountAtomic"`
+		RemainingAtomic string `json:"remainingAtomic"`
+		PaymentURI      string `json:"paymentUri"`
+	}
+	r := srv.Do(t, "GET", "/api/v1/checkout/"+co.token, "", nil)
+	r.JSON(t, &pub)
+	want := "ethereum:" + pub.CurrencyAddress + "@" + pub.ChainID + "/transfer?address=" + addr + "&uint256=6000000"
+	if pub.PaymentURI != want || pub.RemainingAtomic != "6000000" || pub.AmountAtomic != "10000000" {
+		t.Fatalf("public view after a partial payment: %s, want paymentUri %s", r.Body, want)
+	}
+	var page struct {
+		URI, Href, QR string
+		QRWidth       int
+		Due           string
+	}
+	const read = `(() => {
+  const a = document.querySelector("[data-payment-uri]"), img = document.querySelector("[data-qr]");
+  const d = document.getElementById("checkout").dataset;
+  return {URI: a.dataset.paymentUri, Href: a.getAttribute("href"), QR: img.getAttribute("src"),
+    QRWidth: img.complete ? img.naturalWidth : 0, Due: d.remainingAtomic || d.amountAtomic};
+})()`
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		tb.Eval(t, read, &page)
+		if page.QRWidth > 0 && strings.Contains(page.QR, "/qr.png") || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if page.URI != want || page.Href != want || page.Due != "6000000" || !strings.HasPrefix(page.QR, "/checkout/"+co.token+"/qr.png?v=") || page.QRWidth != 256 {
+		t.Fatalf("the page after a partial payment: %+v, want %s", page, want)
+	}
+	res, err := http.Get(srv.URL + page.QR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	got, _ := io.ReadAll(res.Body)
+	wantPNG, err := checkoutpage.QR(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.StatusCode != 200 || res.Header.Get("Content-Type") != "image/png" || !bytes.Equal(got, wantPNG) {
+		t.Fatalf("%s: %d %s, %d bytes: not the QR code of %s", page.QR, res.StatusCode, res.Header.Get("Content-Type"), len(got), want)
+	}
 }

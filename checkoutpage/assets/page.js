@@ -36,11 +36,23 @@
     var rest = $("[data-remaining-line]");
     if (c.remaining) {
       root.dataset.remaining = c.remaining;
+      root.dataset.remainingAtomic = c.remainingAtomic;
       $("[data-remaining-amount]").textContent = c.remaining;
       rest.hidden = false;
     } else {
       delete root.dataset.remaining;
+      delete root.dataset.remainingAtomic;
       rest.hidden = true;
+    }
+    // The wallet link and its QR code ask for what is to pay now: the
+    // remainder after a partial payment (the server's paymentUri).
+    var link = $("[data-payment-uri]");
+    if (c.paymentUri && link && link.dataset.paymentUri !== c.paymentUri) {
+      link.dataset.paymentUri = c.paymentUri;
+      link.setAttribute("href", c.paymentUri);
+      var img = $("[data-qr]");
+      img.src = "/checkout/" + encodeURIComponent(token) + "/qr.png?v=" + encodeURIComponent(c.version);
+      img.alt = "QR code of the payment request for " + (c.remaining || c.amount) + " " + c.currency;
     }
     $("[data-late]").hidden = !c.late;
     if (c.status !== "awaiting_payment" && !c.remaining) stopCountdown();
@@ -106,7 +118,9 @@
   function payWithWallet() {
     var eth = window.ethereum;
     var want = "0x" + BigInt(d.chainId).toString(16);
-    var atomic = "0x" + BigInt(d.amountAtomic).toString(16);
+    // What is to pay now: the remainder after a partial payment.
+    var due = d.remainingAtomic || d.amountAtomic;
+    var atomic = "0x" + BigInt(due).toString(16);
     var payee = $("[data-address]").value;
     var from;
     showError("");
@@ -128,7 +142,7 @@
         tx.to = payee; tx.value = atomic;
       } else {
         tx.to = d.currencyAddress; tx.value = "0x0";
-        tx.data = "0xa9059cbb" + pad32(payee.slice(2).toLowerCase()) + pad32(BigInt(d.amountAtomic).toString(16));
+        tx.data = "0xa9059cbb" + pad32(payee.slice(2).toLowerCase()) + pad32(BigInt(due).toString(16));
       }
       return eth.request({ method: "eth_sendTransaction", params: [tx] });
     }).then(function (hash) {

@@ -118,8 +118,10 @@ type PublicCheckout struct {
 	// PayeeAddress then).
 	Deposit *Deposit `json:"deposit,omitempty"`
 	// Remaining is what is left to pay while a partial payment is
-	// confirmed and the checkout is open.
-	Remaining string `json:"remaining,omitempty"`
+	// confirmed and the checkout is open; RemainingAtomic the same in the
+	// token's smallest unit. PaymentURI then asks for the remainder.
+	Remaining       string `json:"remaining,omitempty"`
+	RemainingAtomic string `json:"remainingAtomic,omitempty"`
 	// Late says a payment arrived after the checkout expired.
 	Late            bool         `json:"late,omitempty"`
 	TransactionHash *string      `json:"transactionHash,omitempty"`
@@ -139,7 +141,7 @@ func OfPublicCheckout(c *widget.PublicState) *PublicCheckout {
 		ID: v.ID, BusinessName: c.BusinessName, Amount: p.Amount, AmountAtomic: c.AmountAtomic,
 		Currency: p.Currency, CurrencyAddress: p.CurrencyAddress, Decimals: c.Token.Decimals, Native: c.Token.Native,
 		Network: p.Network, NetworkType: c.Network.Type, ChainID: c.Network.ChainID, PayeeAddress: p.Wallet.Address,
-		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, Late: v.Settlement.Late(), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
+		Status: c.Status, Settlement: SettlementOf(v), Deposit: DepositOf(v), Remaining: c.Remaining, RemainingAtomic: c.RemainingAtomic, Late: v.Settlement.Late(), ExpiresAt: apitime.From(v.ExpiresAt), PaymentURI: c.PaymentURI, Version: v.Version,
 	}
 	if r := v.SolanaPayReference; r != nil {
 		out.SolanaPayReference = *r

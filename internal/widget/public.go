@@ -266,7 +266,12 @@ type PublicState struct {
 	PaymentURI   string
 	// Remaining is what is left to pay (decimal) while the settlement is
 	// PENDING with a paid amount below the due one; empty otherwise.
-	Remaining string
+	// RemainingAtomic is the same in the token's smallest unit. PaymentURI
+	// then asks for Remaining, not Amount: a customer who scans the code
+	// again, or pays with a browser wallet again, pays what is missing
+	// instead of the whole amount a second time.
+	Remaining       string
+	RemainingAtomic string
 }
 
 // Checkout returns the public view of the checkout of token; an unknown
@@ -345,13 +350,18 @@ func (s *Service) publicView(v *ent.Voucher, businessName string) *PublicState {
 		due, derr := money.ParseAnyScale(p.Amount)
 		if perr == nil && derr == nil && paid.IsPositive() && paid.LessThan(due) {
 			out.Remaining = money.Format(due.Sub(paid))
+			out.RemainingAtomic = atomicAmount(out.Remaining, out.Token.Decimals)
 		}
+	}
+	toPay := p.Amount
+	if out.Remaining != "" {
+		toPay = out.Remaining
 	}
 	ref := ""
 	if v.SolanaPayReference != nil {
 		ref = *v.SolanaPayReference
 	}
-	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, p.Amount, out.Token.Decimals, ref)
+	out.PaymentURI = PaymentURI(out.Network.Type, out.Network.ChainID, out.Token.Native, p.CurrencyAddress, p.Wallet.Address, toPay, out.Token.Decimals, ref)
 	return out
 }
 
