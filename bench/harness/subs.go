@@ -194,6 +194,9 @@ type c2cTarget struct {
 	// flushDir, when set, is the database's filesystem: the disk is
 	// sampled during the phase (flushWatch) and reported beside it.
 	flushDir string
+	// noFloor leaves out the NOTIFY floor (c2cFloor) on two replicas: the
+	// scaling group's pairs, whose floor the subscriptions group measures.
+	noFloor bool
 }
 
 // commitToClient (PostgreSQL): one subscriber per voucher (the payer
@@ -361,7 +364,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	// On PostgreSQL the service takes turns with the floor (c2cFloor) in
 	// slices, at the same rate, so both see the same machine and disk.
 	var fl *c2cFloor
-	if t.replica != nil {
+	if t.replica != nil && !t.noFloor {
 		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
 			return err
 		}

@@ -1,0 +1,96 @@
+package harness
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/voucherd/voucherd/bench/report"
+	"github.com/voucherd/voucherd/bench/stats"
+)
+
+// scalingRun is a scaling group's results: capped replicas at 1 and 2
+// (rates and the machine's busy share given), uncapped ones that did not
+// scale, both cross-replica phases and both bends.
+func scalingRun(capped1, capped2, busy2 float64) *report.Run {
+	tx := func(id string, rate, busy, capUse float64) *report.Result {
+		return &report.Result{ID: id, Latency: &stats.Summary{Count: 1, PerSec: rate},
+			Figures: []report.Figure{busyFigure(busy / 100), {Name: capUseFigure, Value: capUse}}}
+	}
+	c2c := func(id string, p99 time.Duration) *report.Result {
+		return &report.Result{ID: id, Name: "commit→subscriber, other replica, 1000 transitions/s", Latency: &stats.Summary{Count: 1, P99: p99},
+			Figures: []report.Figure{{Name: "achieved transition rate", Value: 1000}}}
+	}
+	bend := func(id string, rate float64) *report.Result {
+		return &report.Result{ID: id, Figures: []report.Figure{{Name: bendFigure, Value: rate}}}
+	}
+	return &report.Run{Results: []*report.Result{
+		tx("scale-tx-r1", 3500, 98, 0), tx("scale-tx-r2", 3000, 99, 0), tx("scale-tx-r3", 2800, 99, 0),
+		tx("scale-tx-cap-r1", capped1, 40, 97), tx("scale-tx-cap-r2", capped2, busy2, 95),
+		c2c("scale-c2c-notify", 9*time.Millisecond), c2c("scale-c2c-nats", 3*time.Millisecond),
+		bend("scale-bend-notify", 500), bend("scale-bend-nats", 2000),
+	}}
+}
+
+func TestScalingChecks(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		capped2, busy2   float64
+		met              bool
+		note             string
+		failuresMentions []string
+	}{
+		{name: "scales", capped2: 1900, busy2: 60, met: true},
+		{name: "does not scale", capped2: 1400, busy2: 60, met: false,
+			failuresMentions: []string{"transitions with 2 replicas >= 1.6 x one replica (each replica capped at 0.2 CPU): MISSED"}},
+		// A ratio met while the machine was full does not count: the caps
+		// were not what limited the step.
+		{name: "machine full", capped2: 1900, busy2: 95, met: false, note: "machine 95% busy with 2 capped replicas"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := scalingRun(1000, tc.capped2, tc.busy2)
+			run.Checks = append(checks(run), scalingChecks(run)...)
+			byTarget := map[string]report.Check{}
+			for _, c := range run.Checks {
+				byTarget[c.Target] = c
+			}
+			c, ok := byTarget["transitions with 2 replicas >= 1.6 x one replica (each replica capped at 0.2 CPU)"]
+			if !ok || c.Info || c.NotRun != "" || c.Met != tc.met || !strings.Contains(c.Note, tc.note) {
+				t.Errorf("capped check %+v, want met=%v note %q", c, tc.met, tc.note)
+			}
+			// Reported beside it, never failing: the uncapped ratios (the
+			// machine's busy share named), LISTEN/NOTIFY's 9 ms, the bends.
+			for target, note := range map[string]string{
+				"transitions with 2 replicas, uncapped (2 cores shared with PostgreSQL and the load generator)": "machine 98% busy with 1 replica",
+				"transitions with 3 replicas, uncapped":                                                         "",
+				"commit->subscriber p99 at 1000/s, beside NATS's (PG over LISTEN/NOTIFY, other replica)":        "",
+				"notify bend: commit latency bends at (0 = not up to the highest rate)":                         "",
+			} {
+				if c, ok := byTarget[target]; !ok || !c.Info || c.NotRun != "" || !strings.Contains(c.Note, note) {
+					t.Errorf("%s: %+v, want reported with note %q", target, c, note)
+				}
+			}
+			if c := byTarget["commit->subscriber p99 <= 5 ms at 1000/s (PG over NATS, other replica)"]; c.Info || !c.Met || c.Value != 3 {
+				t.Errorf("NATS check %+v, want met at 3 ms", c)
+			}
+			failed := strings.Join(Failures(run), "\n")
+			for _, s := range tc.failuresMentions {
+				if !strings.Contains(failed, s) {
+					t.Errorf("failures lack %q:\n%s", s, failed)
+				}
+			}
+			for _, s := range []string{"uncapped", "LISTEN/NOTIFY", "notify bend", "NATS"} {
+				if strings.Contains(failed, s) {
+					t.Errorf("failures name %q:\n%s", s, failed)
+				}
+			}
+			var b strings.Builder
+			run.WriteTable(&b)
+			for _, s := range []string{"notify bend", "LISTEN/NOTIFY", "500 /s", "2000 /s"} {
+				if !strings.Contains(b.String(), s) {
+					t.Errorf("table lacks %q:\n%s", s, b.String())
+				}
+			}
+		})
+	}
+}
