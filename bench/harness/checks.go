@@ -186,6 +186,10 @@ func checks(r *report.Run) []report.Check {
 				worst, _ := figure(x, slowestFlushFigure)
 				c.Note = fmt.Sprintf("disk: %.0f flushes over %d ms during the phase, slowest %.0f ms", n, stallThreshold/time.Millisecond, worst)
 			}
+			// Or the transport lost something and a resync delivered it.
+			if n, ok := figure(x, PubsubTroubleFigure); ok && n > 0 {
+				c.Note = strings.TrimPrefix(c.Note+fmt.Sprintf("; the replicas logged %.0f transport warnings (a resync delivers late)", n), "; ")
+			}
 		}
 		out = append(out, c)
 		if side.bound > 0 {

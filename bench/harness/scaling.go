@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -144,8 +145,22 @@ func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 			}
 			api := NewAPI(ps[0].URL, 64)
 			defer api.CloseIdle()
-			return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: ps[0], api: api,
-				payer: s.payer.Token, ids: ids, replica: ps[1], rid: rid, rname: rname, flushDir: h.pg.Dir(), noFloor: true})
+			before := pubsubTrouble(ps)
+			if err := h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: ps[0], api: api,
+				payer: s.payer.Token, ids: ids, replica: ps[1], rid: rid, rname: rname, flushDir: h.pg.Dir(), noFloor: true}); err != nil {
+				return err
+			}
+			// A lost connection, a slow-consumer drop or a replica taken
+			// for silent ends in a resync, which delivers late: say whether
+			// the phase had one, so a miss is not put down to load alone
+			// when the transport lost something.
+			trouble := float64(max(pubsubTrouble(ps)-before, 0))
+			for _, x := range h.run.Results {
+				if x.ID == id || x.ID == rid {
+					x.Figures = append(x.Figures, report.Figure{Name: PubsubTroubleFigure, Value: trouble, Unit: ""})
+				}
+			}
+			return nil
 		})
 		if err != nil {
 			h.notRun(id, "scaling", name, "failed: "+err.Error())
@@ -159,6 +174,31 @@ func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 // and the load generator leave the machine's two cores part idle, so the
 // replicas (not the machine) are what limits those steps.
 const capShare = 0.2
+
+// PubsubTroubleFigure counts the warnings the replicas of a cross-replica
+// phase logged about their transport (pubsubTrouble).
+const PubsubTroubleFigure = "transport warnings logged by the replicas (lost connection, dropped messages, silent replica)"
+
+// pubsubTrouble counts the warnings and errors about cross-replica
+// signals in the replicas' logs so far (JSON lines at level WARN or ERROR
+// whose message starts "pubsub:"; the bench runs them at level warn).
+func pubsubTrouble(ps []*Process) int {
+	n := 0
+	for _, p := range ps {
+		n += countPubsubTrouble(p.Output())
+	}
+	return n
+}
+
+func countPubsubTrouble(log string) int {
+	n := 0
+	for _, line := range strings.Split(log, "\n") {
+		if strings.Contains(line, `"msg":"pubsub:`) && (strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`)) {
+			n++
+		}
+	}
+	return n
+}
 
 // replicaTransitions: redeem over REST at 64 clients (the largest
 // -clients value) spread evenly over replicas on one database

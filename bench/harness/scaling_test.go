@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -24,12 +25,32 @@ func scalingRun(capped1, capped2, busy2 float64) *report.Run {
 	bend := func(id string, rate float64) *report.Result {
 		return &report.Result{ID: id, Figures: []report.Figure{{Name: bendFigure, Value: rate}}}
 	}
+	nats := c2c("scale-c2c-nats", 3*time.Millisecond)
+	if capped2 < 0 { // a NATS phase that missed while the transport lost messages
+		nats = c2c("scale-c2c-nats", 30*time.Millisecond)
+		nats.Figures = append(nats.Figures, report.Figure{Name: PubsubTroubleFigure, Value: 2})
+		capped2 = 1900
+	}
 	return &report.Run{Results: []*report.Result{
 		tx("scale-tx-r1", 3500, 98, 0), tx("scale-tx-r2", 3000, 99, 0), tx("scale-tx-r3", 2800, 99, 0),
 		tx("scale-tx-cap-r1", capped1, 40, 97), tx("scale-tx-cap-r2", capped2, busy2, 95),
-		c2c("scale-c2c-notify", 9*time.Millisecond), c2c("scale-c2c-nats", 3*time.Millisecond),
+		c2c("scale-c2c-notify", 9*time.Millisecond), nats,
 		bend("scale-bend-notify", 500), bend("scale-bend-nats", 2000),
 	}}
+}
+
+// A NATS miss while the replicas logged transport trouble says so.
+func TestNATSMissNamesTransportTrouble(t *testing.T) {
+	run := scalingRun(1000, -1, 60)
+	for _, c := range checks(run) {
+		if c.Target == "commit->subscriber p99 <= 5 ms at 1000/s (PG over NATS, other replica)" {
+			if c.Met || c.Note != "the replicas logged 2 transport warnings (a resync delivers late)" {
+				t.Errorf("NATS check %+v", c)
+			}
+			return
+		}
+	}
+	t.Error("no NATS check")
 }
 
 func TestScalingChecks(t *testing.T) {
@@ -92,5 +113,19 @@ func TestScalingChecks(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// The replicas' JSON log lines about their transport are counted; other
+// lines and levels are not.
+func TestCountPubsubTrouble(t *testing.T) {
+	var b strings.Builder
+	log := slog.New(slog.NewJSONHandler(&b, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	log.Warn("pubsub: NATS dropped notifications for this replica; resyncing")
+	log.Info("pubsub: NATS connection re-established; resyncing what subscribers may have missed")
+	log.Error("pubsub: resync failed", "err", "boom")
+	log.Warn("webhook: delivery failed")
+	if got := countPubsubTrouble(b.String()); got != 2 {
+		t.Errorf("counted %d in %s, want 2", got, b.String())
 	}
 }
