@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -299,6 +301,7 @@ func (s *pgScenarios) replicaTransitions(ctx context.Context) {
 		elapsed, cpu       time.Duration
 		busy, ticks        uint64
 		periods, throttled int64
+		waits, waited      float64 // pool waits and seconds waited
 	}
 	accs := map[step]*acc{}
 	key := func(st step) step { return step{n: st.n, capped: st.capped} }
@@ -325,9 +328,12 @@ func (s *pgScenarios) replicaTransitions(ctx context.Context) {
 			accs[key(st)] = a
 		}
 		var c0 time.Duration
+		var w0, ws0 float64
 		for _, p := range procs[:n] {
 			x, _ := proc.CPU(p.Pid())
 			c0 += x
+			w, ws := poolWaits(ctx, p)
+			w0, ws0 = w0+w, ws0+ws
 		}
 		var p0, th0 [2]int64
 		if st.capped {
@@ -341,8 +347,11 @@ func (s *pgScenarios) replicaTransitions(ctx context.Context) {
 		for _, p := range procs[:n] {
 			x, _ := proc.CPU(p.Pid())
 			a.cpu += x
+			w, ws := poolWaits(ctx, p)
+			a.waits, a.waited = a.waits+w, a.waited+ws
 		}
 		a.cpu -= c0
+		a.waits, a.waited = a.waits-w0, a.waited-ws0
 		if st.capped {
 			for i := range n {
 				p1, th1 := caps[i].throttled()
@@ -414,7 +423,9 @@ func (s *pgScenarios) replicaTransitions(ctx context.Context) {
 				figs = append(figs, report.Figure{Name: "× one replica", Value: sum.PerSec / one, Unit: "×"})
 			}
 			if sum.Count > 0 {
-				figs = append(figs, report.Figure{Name: cpuPerRedeemFigure, Value: float64(a.cpu) / float64(sum.Count) / float64(time.Microsecond), Unit: "µs"})
+				figs = append(figs, report.Figure{Name: cpuPerRedeemFigure, Value: float64(a.cpu) / float64(sum.Count) / float64(time.Microsecond), Unit: "µs"},
+					report.Figure{Name: "database pool waits per redeem (all replicas)", Value: a.waits / float64(sum.Count), Unit: ""},
+					report.Figure{Name: "database pool wait per redeem (all replicas)", Value: a.waited / float64(sum.Count) * 1e6, Unit: "µs"})
 			}
 			note := fmt.Sprintf("closed loop of %d clients, client i on replica i mod n; steps of 1, 2, 3 replicas (%s each) then, capped, 1, 2, 1 (%s, %s, %s); LISTEN/NOTIFY between replicas; replicas not measured are stopped",
 				c, q, q, 2*q, q)
@@ -427,6 +438,49 @@ func (s *pgScenarios) replicaTransitions(ctx context.Context) {
 			h.add(&report.Result{ID: id, Group: "scaling", Name: nm, Unit: "req", Latency: &sum, Figures: figs, Notes: []string{note}})
 		}
 	}
+}
+
+// poolWaits reads a replica's database pool counters from its /metrics:
+// how many times a request waited for a free connection, and for how long
+// in all (seconds); zeros when they cannot be read.
+func poolWaits(ctx context.Context, p *Process) (waits, seconds float64) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, p.URL+"/metrics", nil)
+	if err != nil {
+		return 0, 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0
+	}
+	return parsePoolWaits(string(b))
+}
+
+func parsePoolWaits(metrics string) (waits, seconds float64) {
+	for _, line := range strings.Split(metrics, "\n") {
+		name, rest, _ := strings.Cut(line, "{")
+		_, value, ok := strings.Cut(rest, "} ")
+		if !ok {
+			continue
+		}
+		v, err := strconv.ParseFloat(strings.TrimSpace(value), 64)
+		if err != nil {
+			continue
+		}
+		switch name {
+		case "go_sql_wait_count_total":
+			waits += v
+		case "go_sql_wait_duration_seconds_total":
+			seconds += v
+		}
+	}
+	return waits, seconds
 }
 
 // Figures of the replica steps that scalingChecks reads.

@@ -129,3 +129,16 @@ func TestCountPubsubTrouble(t *testing.T) {
 		t.Errorf("counted %d in %s, want 2", got, b.String())
 	}
 }
+
+func TestParsePoolWaits(t *testing.T) {
+	m := `# HELP go_sql_wait_count_total The total number of connections waited for.
+# TYPE go_sql_wait_count_total counter
+go_sql_wait_count_total{db_name="voucherd"} 1234
+# TYPE go_sql_wait_duration_seconds_total counter
+go_sql_wait_duration_seconds_total{db_name="voucherd"} 2.5
+go_sql_wait_count{db_name="voucherd"} 99
+`
+	if w, s := parsePoolWaits(m); w != 1234 || s != 2.5 {
+		t.Errorf("parsed %v waits, %v s; want 1234, 2.5", w, s)
+	}
+}
