@@ -717,7 +717,11 @@ func scalingChecks(r *report.Run) []report.Check {
 			out = append(out, report.Check{Target: target, Figure: "redeem REST /s, 2 replicas", Info: true, NotRun: first(why1, why2)})
 		} else {
 			c := report.NewInfo(target, "redeem REST, 2 replicas", two.Latency.PerSec, "/s", "1 replica", one.Latency.PerSec)
-			c.Note = fmt.Sprintf("machine %.0f%% busy with 1 replica", figure(one, busyFigure(0).Name))
+			busy := figure(one, busyFigure(0).Name)
+			c.Note = fmt.Sprintf("machine %.0f%% busy with 1 replica", busy)
+			if busy >= 90 {
+				c.Note += ": one replica, PostgreSQL and the load generator fill it, so a second replica has no CPU to add (the capped line is the check)"
+			}
 			out = append(out, c)
 		}
 		if three, why := get("scale-tx-r3"); three == nil || one == nil || three.Latency == nil {
