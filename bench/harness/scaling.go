@@ -105,11 +105,16 @@ func (s *pgScenarios) scaling(ctx context.Context) {
 }
 
 // scalingC2C: commitToClient's phase on two fresh replicas, first over
-// LISTEN/NOTIFY, then over NATS, back to back: half the subscribers on the
-// replica that commits, half on the other.
+// LISTEN/NOTIFY, then over NATS, one after the other: half the subscribers
+// on the replica that commits, half on the other.
 func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 	h := s.h
 	for _, tr := range []string{transportNotify, transportNATS} {
+		// Each transport starts from a settled database and a quiet
+		// machine: the subscriptions group's 20,000 sockets before the
+		// first, the first's 10,000 updates (autovacuum, a checkpoint)
+		// before the second.
+		s.settle(ctx)
 		id, rid := "scale-c2c-same-"+tr, "scale-c2c-"+tr
 		name := fmt.Sprintf("commit→subscriber PG over %s, same replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
 		rname := fmt.Sprintf("commit→subscriber PG over %s, other replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
