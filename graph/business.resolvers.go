@@ -45,5 +45,5 @@ func (r *queryResolver) Business(ctx context.Context, id string) (*ent.Business,
 
 // Businesses is the resolver for the businesses field.
 func (r *queryResolver) Businesses(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) (*ent.BusinessConnection, error) {
-	return r.Resolver.Businesses.Connection(ctx, after, first, before, last, orderBy, where)
+	return r.businesses(ctx, after, first, before, last, orderBy, where)
 }

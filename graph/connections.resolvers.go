@@ -14,5 +14,5 @@ import (
 
 // Vouchers is the resolver for the vouchers field.
 func (r *queryResolver) Vouchers(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error) {
-	return r.Resolver.Vouchers.Connection(ctx, after, first, before, last, orderBy, where)
+	return r.vouchers(ctx, after, first, before, last, orderBy, where)
 }

@@ -15,7 +15,7 @@ import (
 
 // Members is the resolver for the members field.
 func (r *businessResolver) Members(ctx context.Context, obj *ent.Business, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error) {
-	return r.Businesses.Members(ctx, obj, after, first, before, last, orderBy, where)
+	return r.members(ctx, obj, after, first, before, last, orderBy, where)
 }
 
 // Node is the resolver for the node field.

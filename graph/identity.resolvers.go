@@ -40,5 +40,5 @@ func (r *queryResolver) VoucherSession(ctx context.Context, id string) (*ent.Vou
 
 // VoucherSessions is the resolver for the voucherSessions field.
 func (r *queryResolver) VoucherSessions(ctx context.Context, after *entgql.Cursor[string], first *int, before *entgql.Cursor[string], last *int, orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error) {
-	return r.Sessions.Connection(ctx, after, first, before, last, orderBy)
+	return r.voucherSessions(ctx, after, first, before, last, orderBy)
 }

@@ -50,7 +50,7 @@ func (r *queryResolver) WebhookDeliveries(ctx context.Context, businessID string
 		st := status.String()
 		f.Status = &st
 	}
-	return r.Webhooks.DeliveriesConnection(ctx, businessID, f, after, first, before, last)
+	return r.webhookDeliveries(ctx, businessID, f, after, first, before, last)
 }
 
 // AttemptLog is the resolver for the attemptLog field.

@@ -5,6 +5,7 @@ import (
 
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/httpx"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/view"
 )
 
@@ -21,7 +22,11 @@ func (s *server) createBusiness(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) listBusinesses(w http.ResponseWriter, r *http.Request) error {
-	rows, err := s.Businesses.ListOwn(r.Context())
+	list, err := s.Businesses.List(r.Context())
+	if err != nil {
+		return err
+	}
+	rows, err := paging.All(r.Context(), list.Order(business.OldestFirst...))
 	if err != nil {
 		return err
 	}
@@ -65,7 +70,11 @@ func (s *server) updateBusinessStatus(w http.ResponseWriter, r *http.Request) er
 }
 
 func (s *server) listBusinessUsers(w http.ResponseWriter, r *http.Request) error {
-	rows, err := s.Businesses.ListUsers(r.Context(), r.PathValue("businessId"))
+	list, err := s.Businesses.ListUsers(r.Context(), r.PathValue("businessId"))
+	if err != nil {
+		return err
+	}
+	rows, err := paging.All(r.Context(), list.Order(business.MembersOldestFirst...))
 	if err != nil {
 		return err
 	}

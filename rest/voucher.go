@@ -7,6 +7,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
@@ -109,14 +110,24 @@ func (s *server) getVoucher(w http.ResponseWriter, r *http.Request) error {
 
 func (s *server) queryVouchers(w http.ResponseWriter, r *http.Request) error {
 	q := r.URL.Query()
-	in := voucher.QueryInput{Code: q.Get("code"), SessionID: q.Get("sessionId"), Status: q.Get("status")}
+	f := voucher.Filter{Code: q.Get("code"), SessionID: q.Get("sessionId"), Status: q.Get("status")}
 	var v apperr.Validator
-	in.Limit = intParam(&v, q.Get("limit"), "limit")
-	in.Offset = intParam(&v, q.Get("offset"), "offset")
+	limit := intParam(&v, q.Get("limit"), "limit")
+	offset := intParam(&v, q.Get("offset"), "offset")
 	if err := v.Err(); err != nil {
 		return err
 	}
-	vs, err := s.Vouchers.Query(r.Context(), in)
+	// One answer names every fault of the filter and the page.
+	f.Check(&v)
+	page := paging.VoucherRows.Check(&v, limit, offset)
+	if err := v.Err(); err != nil {
+		return err
+	}
+	list, err := s.Vouchers.List(r.Context(), f)
+	if err != nil {
+		return err
+	}
+	vs, err := paging.Rows(r.Context(), list.Order(voucher.NewestFirst...), page)
 	if err != nil {
 		return err
 	}

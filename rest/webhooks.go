@@ -7,6 +7,7 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/view"
 	"github.com/voucherd/voucherd/internal/webhook"
 )
@@ -97,22 +98,30 @@ func (s *server) rotateSecret(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (s *server) listDeliveries(w http.ResponseWriter, r *http.Request) error {
-	var in webhook.ListDeliveriesInput
+	var f webhook.DeliveryFilter
 	var v apperr.Validator
-	in.Limit = queryIntParam(&v, r, "limit")
-	in.Offset = queryIntParam(&v, r, "offset")
+	limit := queryIntParam(&v, r, "limit")
+	offset := queryIntParam(&v, r, "offset")
 	if q := r.URL.Query(); q.Has("endpointId") {
 		id := q.Get("endpointId")
-		in.EndpointID = &id
+		f.EndpointID = &id
 	}
 	if q := r.URL.Query(); q.Has("status") {
 		st := q.Get("status")
-		in.Status = &st
+		f.Status = &st
 	}
 	if err := v.Err(); err != nil {
 		return err
 	}
-	rows, err := s.Webhooks.ListDeliveries(r.Context(), r.PathValue("businessId"), in)
+	list, err := s.Webhooks.ListDeliveries(r.Context(), r.PathValue("businessId"), f)
+	if err != nil {
+		return err
+	}
+	page := paging.WebhookRows.Check(&v, limit, offset)
+	if err := v.Err(); err != nil {
+		return err
+	}
+	rows, err := paging.Rows(r.Context(), list.Order(webhook.NewestFirst...), page)
 	if err != nil {
 		return err
 	}

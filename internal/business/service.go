@@ -7,15 +7,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"entgo.io/contrib/entgql"
-
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	"github.com/voucherd/voucherd/ent/user"
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -115,48 +112,23 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (*ent.Business, er
 	return b, nil
 }
 
-// ListOwn returns the businesses in which the caller is an ACTIVE member,
-// oldest first. INACTIVE businesses are listed: their reads go on.
-func (s *Service) ListOwn(ctx context.Context) ([]*ent.Business, error) {
-	p, err := operation.Caller(ctx, operation.ListBusinesses)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.ownQuery(p.ID).
-		Order(entbusiness.ByCreatedAt(), entbusiness.ByID()).
-		All(ctx)
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return rows, nil
-}
+// OldestFirst is the order of businesses and of memberships: oldest
+// first, ties by id (ids order only by millisecond). REST lists in it; the
+// GraphQL connections' default orderBy is the same.
+var (
+	OldestFirst        = []entbusiness.OrderOption{entbusiness.ByCreatedAt(), entbusiness.ByID()}
+	MembersOldestFirst = []businessuser.OrderOption{businessuser.ByCreatedAt(), businessuser.ByID()}
+)
 
-// Connection is ListOwn as a Relay connection (the GraphQL dashboard).
-func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
-	orderBy *ent.BusinessOrder, where *ent.BusinessWhereInput) (*ent.BusinessConnection, error) {
+// List is the one list of businesses: those in which the caller is an
+// ACTIVE member (INACTIVE businesses are listed: their reads go on). It is
+// not ordered or paged: each door does that by its own rule.
+func (s *Service) List(ctx context.Context) (*ent.BusinessQuery, error) {
 	p, err := operation.Caller(ctx, operation.ListBusinesses)
 	if err != nil {
 		return nil, err
 	}
-	first, err = paging.Args(first, last)
-	if err != nil {
-		return nil, err
-	}
-	if where != nil {
-		if _, err := where.P(); err != nil && err != ent.ErrEmptyBusinessWhereInput {
-			return nil, apperr.Invalid("where", err.Error())
-		}
-	}
-	if orderBy == nil {
-		// Oldest first, as the REST list (ids order only by millisecond).
-		orderBy = &ent.BusinessOrder{Field: ent.BusinessOrderFieldCreatedAt, Direction: entgql.OrderDirectionAsc}
-	}
-	conn, err := s.ownQuery(p.ID).Paginate(ctx, after, first, before, last,
-		ent.WithBusinessOrder(orderBy), ent.WithBusinessFilter(where.Filter))
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return conn, nil
+	return s.ownQuery(p.ID), nil
 }
 
 func (s *Service) ownQuery(userID string) *ent.BusinessQuery {
@@ -171,9 +143,12 @@ func (s *Service) Get(ctx context.Context, id string) (*ent.Business, error) {
 	return b, err
 }
 
-// ListUsers returns every membership of a business (ACTIVE and INACTIVE),
-// oldest first, to any ACTIVE member.
-func (s *Service) ListUsers(ctx context.Context, businessID string) ([]*ent.BusinessUser, error) {
+// ListUsers is the one list of a business's memberships (ACTIVE and
+// INACTIVE), for its ACTIVE members; anyone else is told the business
+// does not exist. Every path to a business's members comes through here
+// (REST's list and the GraphQL Business.members field), so none can reveal
+// them to anyone else. It is not ordered or paged: each door does that.
+func (s *Service) ListUsers(ctx context.Context, businessID string) (*ent.BusinessUserQuery, error) {
 	p, err := operation.Caller(ctx, operation.ListBusinessUsers)
 	if err != nil {
 		return nil, err
@@ -181,14 +156,9 @@ func (s *Service) ListUsers(ctx context.Context, businessID string) ([]*ent.Busi
 	if _, _, err := Membership(ctx, s.db.Client, businessID, p.ID); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.BusinessUser.Query().
-		Where(businessuser.BusinessID(businessID)).
-		Order(businessuser.ByCreatedAt(), businessuser.ByID()).
-		All(ctx)
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return rows, nil
+	// A fresh query rather than a Business's Members edge: rows ent may
+	// have eager-loaded for it were ordered by another caller's arguments.
+	return s.db.BusinessUser.Query().Where(businessuser.BusinessID(businessID)), nil
 }
 
 // GetUser returns one membership, visible to the ACTIVE members of its
@@ -209,42 +179,6 @@ func (s *Service) GetUser(ctx context.Context, id string) (*ent.BusinessUser, er
 		return nil, apperr.New(apperr.NotFound, "business user not found")
 	}
 	return m, nil
-}
-
-// Members is a business's memberships as a Relay connection, for callers
-// who are ACTIVE members of b. b is usually already loaded by a query that
-// checked membership; this checks again so no path to a Business object
-// can reveal its members to anyone else.
-func (s *Service) Members(ctx context.Context, b *ent.Business, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
-	orderBy *ent.BusinessUserOrder, where *ent.BusinessUserWhereInput) (*ent.BusinessUserConnection, error) {
-	p, err := operation.Caller(ctx, operation.ListBusinessUsers)
-	if err != nil {
-		return nil, err
-	}
-	if _, _, err := Membership(ctx, s.db.Client, b.ID, p.ID); err != nil {
-		return nil, err
-	}
-	first, err = paging.Args(first, last)
-	if err != nil {
-		return nil, err
-	}
-	if where != nil {
-		if _, err := where.P(); err != nil && err != ent.ErrEmptyBusinessUserWhereInput {
-			return nil, apperr.Invalid("where", err.Error())
-		}
-	}
-	if orderBy == nil {
-		orderBy = &ent.BusinessUserOrder{Field: ent.BusinessUserOrderFieldCreatedAt, Direction: entgql.OrderDirectionAsc}
-	}
-	// A fresh query rather than b.Members: rows ent may have eager-loaded
-	// for b were ordered by the caller's arguments, not this default.
-	conn, err := s.db.BusinessUser.Query().Where(businessuser.BusinessID(b.ID)).
-		Paginate(ctx, after, first, before, last,
-			ent.WithBusinessUserOrder(orderBy), ent.WithBusinessUserFilter(where.Filter))
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return conn, nil
 }
 
 // Update changes the business's name (OWNER or ADMIN, ACTIVE business).

@@ -110,7 +110,7 @@ func setup(t *testing.T, db *storage.DB) *fixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rows, err := f.svc.ListUsers(f.user("owner"), f.biz.ID)
+	rows, err := listUsers(f.user("owner"), f.svc, f.biz.ID)
 	if err != nil || len(rows) != 1 {
 		t.Fatalf("creator membership: %v %v", rows, err)
 	}
@@ -214,7 +214,7 @@ func testRoleMatrix(t *testing.T, db *storage.DB) {
 			// the fixture's business is not among the caller's.
 			name: "list-own",
 			run: func(ctx context.Context, f *fixture) error {
-				rows, err := f.svc.ListOwn(ctx)
+				rows, err := listOwn(ctx, f.svc)
 				if err != nil {
 					return err
 				}
@@ -241,7 +241,7 @@ func testRoleMatrix(t *testing.T, db *storage.DB) {
 		{
 			name: "list-users",
 			run: func(ctx context.Context, f *fixture) error {
-				rows, err := f.svc.ListUsers(ctx, f.biz.ID)
+				rows, err := listUsers(ctx, f.svc, f.biz.ID)
 				if err == nil && len(rows) != 4 {
 					return fmt.Errorf("listed %d members, want 4 (inactive ones included)", len(rows))
 				}
@@ -426,7 +426,7 @@ func testErrorOrder(t *testing.T, db *storage.DB) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	otherRows, _ := f.svc.ListUsers(f.user("stranger"), other.ID)
+	otherRows, _ := listUsers(f.user("stranger"), f.svc, other.ID)
 	if _, err := f.svc.SetUserStatus(f.user("owner"), f.biz.ID, otherRows[0].ID, business.UserStatusInput{Status: ptr(businessuser.StatusINACTIVE)}); apperr.CodeOf(err) != apperr.NotFound {
 		t.Fatalf("foreign membership: %v", err)
 	}
@@ -555,7 +555,7 @@ func testInactiveBusiness(t *testing.T, db *storage.DB) {
 		if b, err := f.svc.Get(ctx, f.biz.ID); err != nil || b.Status != entbusiness.StatusINACTIVE {
 			t.Fatalf("get: %v %v", b, err)
 		}
-		if _, err := f.svc.ListUsers(ctx, f.biz.ID); err != nil {
+		if _, err := listUsers(ctx, f.svc, f.biz.ID); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -608,7 +608,7 @@ func testAddUser(t *testing.T, db *storage.DB) {
 		t.Fatalf("add: %+v %v", m, err)
 	}
 	// The newcomer sees the business at once.
-	rows, err := f.svc.ListOwn(f.user("newcomer"))
+	rows, err := listOwn(f.user("newcomer"), f.svc)
 	if err != nil || len(rows) != 1 || rows[0].ID != f.biz.ID {
 		t.Fatalf("newcomer's businesses: %v %v", rows, err)
 	}
@@ -658,7 +658,7 @@ func testListOwnOrder(t *testing.T, db *storage.DB) {
 		}
 		want = append(want, b.ID)
 	}
-	rows, err := svc.ListOwn(ctx)
+	rows, err := listOwn(ctx, svc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -669,4 +669,22 @@ func testListOwnOrder(t *testing.T, db *storage.DB) {
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("order %v, want %v", got, want)
 	}
+}
+
+// listOwn and listUsers read the service's lists whole, in the order the
+// REST door answers them.
+func listOwn(ctx context.Context, svc *business.Service) ([]*ent.Business, error) {
+	q, err := svc.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return q.Order(business.OldestFirst...).All(ctx)
+}
+
+func listUsers(ctx context.Context, svc *business.Service, businessID string) ([]*ent.BusinessUser, error) {
+	q, err := svc.ListUsers(ctx, businessID)
+	if err != nil {
+		return nil, err
+	}
+	return q.Order(business.MembersOldestFirst...).All(ctx)
 }

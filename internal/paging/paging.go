@@ -1,6 +1,8 @@
-// Package paging holds the one rule for Relay connection pages, so every
-// connection of the graph bounds its pages the same way: an unbounded page
-// would let one request read a whole table.
+// Package paging holds the page rules of the doors, so no list can be read
+// whole by one request: Args for the GraphQL door's Relay connections (one
+// rule for every connection), Rule and Rows for the REST door's
+// limit/offset lists. The domain's list entry points return a scoped query
+// and know nothing of either; each door pages that query by its own rule.
 package paging
 
 import (

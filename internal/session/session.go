@@ -5,9 +5,7 @@ package session
 
 import (
 	"context"
-
 	"crypto/rand"
-	"entgo.io/contrib/entgql"
 	"fmt"
 	"math/big"
 	"strings"
@@ -18,7 +16,6 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/revocation"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -172,26 +169,15 @@ func (s *Service) Close(ctx context.Context, id string) (*ent.VoucherSession, er
 	return s.Get(ctx, id)
 }
 
-// Connection pages through the caller's own sessions, newest first unless
-// orderBy says otherwise.
-func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
-	orderBy *ent.VoucherSessionOrder) (*ent.VoucherSessionConnection, error) {
+// List is the one list of sessions: the caller's own. It is not ordered
+// or paged: the GraphQL connection does that (newest first by default);
+// REST has no session list.
+func (s *Service) List(ctx context.Context) (*ent.VoucherSessionQuery, error) {
 	p, err := operation.Caller(ctx, operation.ListSessions)
 	if err != nil {
 		return nil, err
 	}
-	if first, err = paging.Args(first, last); err != nil {
-		return nil, err
-	}
-	if orderBy == nil {
-		orderBy = &ent.VoucherSessionOrder{Field: ent.VoucherSessionOrderFieldCreatedAt, Direction: entgql.OrderDirectionDesc}
-	}
-	conn, err := s.db.VoucherSession.Query().Where(vouchersession.OwnerID(p.ID)).
-		Paginate(ctx, after, first, before, last, ent.WithVoucherSessionOrder(orderBy))
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return conn, nil
+	return s.db.VoucherSession.Query().Where(vouchersession.OwnerID(p.ID)), nil
 }
 
 // NormalizeCode upper-cases a context code; ok is false when it is not 6

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/business"
 	"github.com/voucherd/voucherd/ent/businessuser"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
@@ -104,9 +105,9 @@ func TestQuery(t *testing.T) {
 		q := f.parties()
 		elsewhere := f.reserve(q)
 
-		list := func(who *auth.Principal, in voucher.QueryInput) []string {
+		list := func(who *auth.Principal, in voucher.Filter, page ...int) []string {
 			t.Helper()
-			vs, err := f.svc.Query(as(who), in)
+			vs, err := query(as(who), f.svc, in, page...)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -127,49 +128,61 @@ func TestQuery(t *testing.T) {
 				}
 			}
 		}
-		one, two := 1, 2
-		same(list(p.payer, voucher.QueryInput{}), deposit.ID, b.ID, a.ID) // newest first
-		same(list(p.payer, voucher.QueryInput{Code: b.Code}), b.ID)
-		same(list(p.payer, voucher.QueryInput{Code: elsewhere.Code}))
-		same(list(q.payer, voucher.QueryInput{Code: elsewhere.Code}), elsewhere.ID)
-		same(list(p.payer, voucher.QueryInput{Status: "REDEEMED"}), b.ID)
-		same(list(p.payer, voucher.QueryInput{SessionID: q.session.ID}))
-		same(list(p.payer, voucher.QueryInput{Limit: &one, Offset: &one}), b.ID)
-		same(list(p.payer, voucher.QueryInput{Offset: &two}), a.ID)
-		same(list(p.payee, voucher.QueryInput{}), b.ID, a.ID)
-		same(list(member, voucher.QueryInput{}), deposit.ID)
-		same(list(f.user(), voucher.QueryInput{}))
+		same(list(p.payer, voucher.Filter{}), deposit.ID, b.ID, a.ID) // newest first
+		same(list(p.payer, voucher.Filter{Code: b.Code}), b.ID)
+		same(list(p.payer, voucher.Filter{Code: elsewhere.Code}))
+		same(list(q.payer, voucher.Filter{Code: elsewhere.Code}), elsewhere.ID)
+		same(list(p.payer, voucher.Filter{Status: "REDEEMED"}), b.ID)
+		same(list(p.payer, voucher.Filter{SessionID: q.session.ID}))
+		same(list(p.payer, voucher.Filter{}, 1, 1), b.ID)
+		same(list(p.payer, voucher.Filter{}, 20, 2), a.ID)
+		same(list(p.payee, voucher.Filter{}), b.ID, a.ID)
+		same(list(member, voucher.Filter{}), deposit.ID)
+		same(list(f.user(), voucher.Filter{}))
 
 		f.clock.Add(ttl)
 		// Expired vouchers count as DISCARDED before the sweeper runs.
-		same(list(p.payer, voucher.QueryInput{Status: "REDEEMED"}))
-		same(list(p.payer, voucher.QueryInput{Status: "DISCARDED"}), deposit.ID, b.ID, a.ID)
-		vs, err := f.svc.Query(as(p.payer), voucher.QueryInput{Code: a.Code})
+		same(list(p.payer, voucher.Filter{Status: "REDEEMED"}))
+		same(list(p.payer, voucher.Filter{Status: "DISCARDED"}), deposit.ID, b.ID, a.ID)
+		vs, err := query(as(p.payer), f.svc, voucher.Filter{Code: a.Code})
 		if err != nil || len(vs) != 1 || vs[0].Status != entvoucher.StatusDISCARDED || *vs[0].DiscardReason != voucher.ReasonExpired {
 			t.Fatalf("expired in a query: %v %+v", err, vs)
 		}
 
-		zero, big, neg := 0, 101, -1
 		for _, c := range []struct {
 			name  string
-			in    voucher.QueryInput
+			in    voucher.Filter
 			field string
 		}{
-			{"short code", voucher.QueryInput{Code: "123"}, "code"},
-			{"letters in code", voucher.QueryInput{Code: "12345a"}, "code"},
-			{"status", voucher.QueryInput{Status: "EXPIRED"}, "status"},
-			{"limit 0", voucher.QueryInput{Limit: &zero}, "limit"},
-			{"limit 101", voucher.QueryInput{Limit: &big}, "limit"},
-			{"negative offset", voucher.QueryInput{Offset: &neg}, "offset"},
+			{"short code", voucher.Filter{Code: "123"}, "code"},
+			{"letters in code", voucher.Filter{Code: "12345a"}, "code"},
+			{"status", voucher.Filter{Status: "EXPIRED"}, "status"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
-				_, err := f.svc.Query(as(p.payer), c.in)
+				_, err := f.svc.List(as(p.payer), c.in)
 				wantField(t, err, c.field)
+				var v apperr.Validator
+				c.in.Check(&v)
+				wantField(t, v.Err(), c.field)
 			})
 		}
-		_, err = f.svc.Query(context.Background(), voucher.QueryInput{})
+		_, err = f.svc.List(context.Background(), voucher.Filter{})
 		wantCode(t, err, apperr.Unauthorized)
 	})
+}
+
+// query reads the vouchers List gives the caller as REST does: newest
+// first, page[0] rows (default 20) after page[1].
+func query(ctx context.Context, svc *voucher.Service, f voucher.Filter, page ...int) ([]*ent.Voucher, error) {
+	q, err := svc.List(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	limit, offset := 20, 0
+	if len(page) == 2 {
+		limit, offset = page[0], page[1]
+	}
+	return q.Order(voucher.NewestFirst...).Limit(limit).Offset(offset).All(ctx)
 }
 
 func TestExpiryAndSweep(t *testing.T) {

@@ -3,7 +3,7 @@ package voucher
 import (
 	"context"
 
-	"entgo.io/contrib/entgql"
+	"entgo.io/ent/dialect/sql"
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/predicate"
@@ -12,15 +12,66 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/paging"
 )
 
-// VisibleQuery returns a query over exactly the vouchers the caller may
-// see, those Get returns: as payee, as payer, or as an ACTIVE member of
-// their business, payee and payer bound by membership as in rolesIn. The GraphQL vouchers connection paginates it.
-func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
+// Filter narrows the vouchers a caller lists. Empty strings mean no
+// filter. Status is the read model's: an expired voucher counts as
+// DISCARDED before the sweeper records it.
+type Filter struct {
+	Code      string
+	SessionID string
+	Status    string
+}
+
+// Check adds f's faults to v. List checks f itself; a door that gathers
+// its own faults (REST's limit and offset) calls Check first, so one
+// answer names them all.
+func (f Filter) Check(v *apperr.Validator) {
+	if f.Code != "" {
+		v.Check(len(f.Code) == CodeLength && digitsRe.MatchString(f.Code), "code", "must be 6 digits")
+	}
+	if f.Status != "" {
+		v.Check(entvoucher.StatusValidator(entvoucher.Status(f.Status)) == nil, "status", "must be RESERVED, REDEEMED, RESOLVED or DISCARDED")
+	}
+}
+
+// NewestFirst is the vouchers' order: newest first, ties by id. REST
+// lists in it; the GraphQL connection's default orderBy is the same.
+var NewestFirst = []entvoucher.OrderOption{entvoucher.ByCreatedAt(sql.OrderDesc()), entvoucher.ByID(sql.OrderDesc())}
+
+// List is the one list of vouchers: a query over exactly the vouchers the
+// caller may see, those Get returns (as payee, as payer, or as an ACTIVE
+// member of their business, payee and payer bound by membership as in
+// rolesIn), narrowed by f. It is not ordered or paged: each door does that
+// by its own rule (REST: NewestFirst and limit/offset; GraphQL: its
+// connection arguments).
+func (s *Service) List(ctx context.Context, f Filter) (*ent.VoucherQuery, error) {
+	q, err := s.visible(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if f.Code != "" {
+		q = q.Where(entvoucher.Code(f.Code))
+	}
+	if f.SessionID != "" {
+		q = q.Where(entvoucher.SessionID(f.SessionID))
+	}
+	if f.Status != "" {
+		q = q.Where(s.statusIs(entvoucher.Status(f.Status)))
+	}
+	return q, nil
+}
+
+// visible is the query over the vouchers the caller may see, once the
+// caller is admitted and f is valid.
+func (s *Service) visible(ctx context.Context, f Filter) (*ent.VoucherQuery, error) {
 	p, err := operation.Caller(ctx, operation.QueryVouchers)
 	if err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	f.Check(&v)
+	if err := v.Err(); err != nil {
 		return nil, err
 	}
 	if p.IsAPIKey() {
@@ -46,27 +97,4 @@ func (s *Service) VisibleQuery(ctx context.Context) (*ent.VoucherQuery, error) {
 		}
 	}
 	return s.db.Voucher.Query().Where(entvoucher.Or(who...)), nil
-}
-
-// Connection pages through the vouchers the caller may see (the same rule
-// as Query and Get), newest first unless orderBy says otherwise, paged by
-// the graph's one rule (internal/paging).
-func (s *Service) Connection(ctx context.Context, after *ent.Cursor, first *int, before *ent.Cursor, last *int,
-	orderBy *ent.VoucherOrder, where *ent.VoucherWhereInput) (*ent.VoucherConnection, error) {
-	first, err := paging.Args(first, last)
-	if err != nil {
-		return nil, err
-	}
-	q, err := s.VisibleQuery(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if orderBy == nil {
-		orderBy = &ent.VoucherOrder{Direction: entgql.OrderDirectionDesc, Field: ent.VoucherOrderFieldCreatedAt}
-	}
-	conn, err := q.Paginate(ctx, after, first, before, last, ent.WithVoucherOrder(orderBy), ent.WithVoucherFilter(where.Filter))
-	if err != nil {
-		return nil, apperr.From(err)
-	}
-	return conn, nil
 }

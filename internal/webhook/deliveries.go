@@ -3,7 +3,7 @@ package webhook
 import (
 	"context"
 
-	"entgo.io/contrib/entgql"
+	"entgo.io/ent/dialect/sql"
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/ent/deliveryattempt"
@@ -13,7 +13,6 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 	"github.com/voucherd/voucherd/internal/business"
 	"github.com/voucherd/voucherd/internal/operation"
-	"github.com/voucherd/voucherd/internal/paging"
 )
 
 // DeliveryFilter narrows the delivery log.
@@ -22,17 +21,14 @@ type DeliveryFilter struct {
 	Status     *string
 }
 
-// ListDeliveriesInput is DeliveryFilter plus a page.
-type ListDeliveriesInput struct {
-	DeliveryFilter
-	Limit  *int
-	Offset *int
-}
+// NewestFirst is the delivery log's order: newest first, ties by id.
+// REST lists in it; the GraphQL connection pages in the same.
+var NewestFirst = []webhookdelivery.OrderOption{webhookdelivery.ByCreatedAt(sql.OrderDesc()), webhookdelivery.ByID(sql.OrderDesc())}
 
-// DeliveriesQuery returns the business's deliveries matching f, for the
-// caller (an ACTIVE member) to page through; newest first unless the
-// caller orders otherwise.
-func (s *Service) DeliveriesQuery(ctx context.Context, businessID string, f DeliveryFilter) (*ent.WebhookDeliveryQuery, error) {
+// ListDeliveries is the one list of the delivery log: the business's
+// deliveries matching f, for an ACTIVE member. It is not ordered or paged:
+// each door does that (both newest first).
+func (s *Service) ListDeliveries(ctx context.Context, businessID string, f DeliveryFilter) (*ent.WebhookDeliveryQuery, error) {
 	if _, _, err := business.Member(ctx, s.db.Client, operation.ListDeliveries, businessID); err != nil {
 		return nil, err
 	}
@@ -51,26 +47,6 @@ func (s *Service) DeliveriesQuery(ctx context.Context, businessID string, f Deli
 		return nil, err
 	}
 	return q, nil
-}
-
-// ListDeliveries is the REST delivery log: newest first, limit 1 to 100
-// (default 100).
-func (s *Service) ListDeliveries(ctx context.Context, businessID string, in ListDeliveriesInput) ([]*ent.WebhookDelivery, error) {
-	q, err := s.DeliveriesQuery(ctx, businessID, in.DeliveryFilter)
-	if err != nil {
-		return nil, err
-	}
-	var v apperr.Validator
-	limit, offset := pageBounds(&v, in.Limit, in.Offset)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
-	rows, err := q.Order(ent.Desc(webhookdelivery.FieldCreatedAt), ent.Desc(webhookdelivery.FieldID)).
-		Limit(limit).Offset(offset).All(ctx)
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return rows, nil
 }
 
 // GetDelivery returns one of the business's deliveries.
@@ -181,24 +157,4 @@ func (s *Service) RetryDelivery(ctx context.Context, businessID, id string) (*en
 		return nil, apperr.InternalError(err)
 	}
 	return s.delivery(ctx, businessID, id)
-}
-
-// DeliveriesConnection is the delivery log as a Relay connection, newest
-// first, paged by the graph's one rule (internal/paging).
-func (s *Service) DeliveriesConnection(ctx context.Context, businessID string, f DeliveryFilter,
-	after *ent.Cursor, first *int, before *ent.Cursor, last *int) (*ent.WebhookDeliveryConnection, error) {
-	q, err := s.DeliveriesQuery(ctx, businessID, f)
-	if err != nil {
-		return nil, err
-	}
-	if first, err = paging.Args(first, last); err != nil {
-		return nil, err
-	}
-	conn, err := q.Paginate(ctx, after, first, before, last, ent.WithWebhookDeliveryOrder(&ent.WebhookDeliveryOrder{
-		Direction: entgql.OrderDirectionDesc, Field: ent.WebhookDeliveryOrderFieldCreatedAt,
-	}))
-	if err != nil {
-		return nil, apperr.InternalError(err)
-	}
-	return conn, nil
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/voucherd/voucherd/internal/ids"
 	"github.com/voucherd/voucherd/internal/netguard"
 	"github.com/voucherd/voucherd/internal/operation"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/secretbox"
 	"github.com/voucherd/voucherd/internal/settlement"
 	"github.com/voucherd/voucherd/internal/storage"
@@ -58,12 +59,6 @@ const (
 	// RotationGrace is how long a rotated-out secret keeps signing, so
 	// receivers can switch to the new one without dropping deliveries.
 	RotationGrace = 24 * time.Hour
-)
-
-// List bounds shared by the endpoint and delivery lists.
-const (
-	DefaultListLimit = 100
-	MaxListLimit     = 100
 )
 
 // Options configure the Service.
@@ -304,19 +299,11 @@ func (s *Service) ListEndpoints(ctx context.Context, businessID string, in ListE
 	return rows, nil
 }
 
-// pageBounds checks limit (1 to MaxListLimit, default DefaultListLimit) and
-// offset (non-negative).
+// pageBounds checks the webhook lists' limit and offset
+// (paging.WebhookRows).
 func pageBounds(v *apperr.Validator, limit, offset *int) (int, int) {
-	l, o := DefaultListLimit, 0
-	if limit != nil {
-		l = *limit
-		v.Check(l >= 1 && l <= MaxListLimit, "limit", "must be between 1 and 100")
-	}
-	if offset != nil {
-		o = *offset
-		v.Check(o >= 0, "offset", "must not be negative")
-	}
-	return l, o
+	w := paging.WebhookRows.Check(v, limit, offset)
+	return w.Limit, w.Offset
 }
 
 // GetEndpoint returns one endpoint of the business.
