@@ -46,7 +46,16 @@ var NewestFirst = []entvoucher.OrderOption{entvoucher.ByCreatedAt(sql.OrderDesc(
 // by its own rule (REST: NewestFirst and limit/offset; GraphQL: its
 // connection arguments).
 func (s *Service) List(ctx context.Context, f Filter) (*ent.VoucherQuery, error) {
-	q, err := s.visible(ctx, f)
+	p, err := operation.Caller(ctx, operation.QueryVouchers)
+	if err != nil {
+		return nil, err
+	}
+	var v apperr.Validator
+	f.Check(&v)
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	q, err := s.visible(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -62,18 +71,8 @@ func (s *Service) List(ctx context.Context, f Filter) (*ent.VoucherQuery, error)
 	return q, nil
 }
 
-// visible is the query over the vouchers the caller may see, once the
-// caller is admitted and f is valid.
-func (s *Service) visible(ctx context.Context, f Filter) (*ent.VoucherQuery, error) {
-	p, err := operation.Caller(ctx, operation.QueryVouchers)
-	if err != nil {
-		return nil, err
-	}
-	var v apperr.Validator
-	f.Check(&v)
-	if err := v.Err(); err != nil {
-		return nil, err
-	}
+// visible is the query over every voucher p may see.
+func (s *Service) visible(ctx context.Context, p *auth.Principal) (*ent.VoucherQuery, error) {
 	if p.IsAPIKey() {
 		// A business's key sees its business's vouchers, and nothing else.
 		return s.db.Voucher.Query().Where(entvoucher.BusinessID(p.BusinessID)), nil
