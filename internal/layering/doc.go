@@ -3,5 +3,7 @@
 // import each other, no internal/ package (nor its tests) imports a door,
 // and only the
 // infrastructure packages named in the test, each with its reason, import
-// net/http. It has no code of its own.
+// net/http; and no internal/ package's exported API names entgql's
+// pagination types (cursors, connections, orders, where inputs), which are
+// the GraphQL door's. It has no code of its own.
 package layering
