@@ -41,10 +41,10 @@ type ListEventsInput struct {
 	Offset *int
 }
 
-// EventsQuery is the business's event log as a query, oldest first, after
+// eventsQuery is the business's event log as a query, oldest first, after
 // the caller (an ACTIVE member, or a key of the business) and the filter
 // were checked.
-func (s *Service) EventsQuery(ctx context.Context, businessID string, in ListEventsInput) (*ent.EventQuery, int, int, error) {
+func (s *Service) eventsQuery(ctx context.Context, businessID string, in ListEventsInput) (*ent.EventQuery, int, int, error) {
 	if _, _, err := business.Member(ctx, s.db.Client, operation.ListEvents, businessID); err != nil {
 		return nil, 0, 0, err
 	}
@@ -74,7 +74,7 @@ func (s *Service) EventsQuery(ctx context.Context, businessID string, in ListEve
 
 // ListEvents lists the business's event log, oldest first.
 func (s *Service) ListEvents(ctx context.Context, businessID string, in ListEventsInput) ([]*ent.Event, error) {
-	q, limit, offset, err := s.EventsQuery(ctx, businessID, in)
+	q, limit, offset, err := s.eventsQuery(ctx, businessID, in)
 	if err != nil {
 		return nil, err
 	}
