@@ -35,11 +35,22 @@ func (s *server) reserveVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err := decode(r, &in); err != nil {
 		return err
 	}
-	v, err := s.Vouchers.Reserve(r.Context(), in)
+	ctx, stamp := voucher.WithCommitStamp(r.Context())
+	v, err := s.Vouchers.Reserve(ctx, in)
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfVoucher(v))
+	return changed(w, stamp, view.OfVoucher(v))
+}
+
+// changed answers a voucher change with its view, and the instant it
+// committed in a Server-Timing header (voucher.CommitStamp): a client on
+// the same machine (the bench) can measure from the commit itself.
+func changed(w http.ResponseWriter, stamp *voucher.CommitStamp, v *view.Voucher) error {
+	if st := stamp.ServerTiming(); st != "" {
+		w.Header()["Server-Timing"] = []string{st}
+	}
+	return ok(w, v)
 }
 
 // decodeFor decodes a body for op on the path's voucher. A body that does
@@ -57,11 +68,12 @@ func (s *server) redeemVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeFor(r, voucher.OpRedeem, &in, false); err != nil {
 		return err
 	}
-	v, err := s.Vouchers.Redeem(r.Context(), r.PathValue("voucherId"), in)
+	ctx, stamp := voucher.WithCommitStamp(r.Context())
+	v, err := s.Vouchers.Redeem(ctx, r.PathValue("voucherId"), in)
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfVoucher(v))
+	return changed(w, stamp, view.OfVoucher(v))
 }
 
 func (s *server) negotiateVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -69,11 +81,12 @@ func (s *server) negotiateVoucher(w http.ResponseWriter, r *http.Request) error 
 	if err := s.decodeFor(r, voucher.OpNegotiate, &in, false); err != nil {
 		return err
 	}
-	v, err := s.Vouchers.Negotiate(r.Context(), r.PathValue("voucherId"), in)
+	ctx, stamp := voucher.WithCommitStamp(r.Context())
+	v, err := s.Vouchers.Negotiate(ctx, r.PathValue("voucherId"), in)
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfVoucher(v))
+	return changed(w, stamp, view.OfVoucher(v))
 }
 
 func (s *server) resolveVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -81,11 +94,12 @@ func (s *server) resolveVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeFor(r, voucher.OpResolve, &in, false); err != nil {
 		return err
 	}
-	v, err := s.Vouchers.Resolve(r.Context(), r.PathValue("voucherId"), in)
+	ctx, stamp := voucher.WithCommitStamp(r.Context())
+	v, err := s.Vouchers.Resolve(ctx, r.PathValue("voucherId"), in)
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfVoucher(v))
+	return changed(w, stamp, view.OfVoucher(v))
 }
 
 func (s *server) discardVoucher(w http.ResponseWriter, r *http.Request) error {
@@ -93,11 +107,12 @@ func (s *server) discardVoucher(w http.ResponseWriter, r *http.Request) error {
 	if err := s.decodeFor(r, voucher.OpDiscard, &empty, true); err != nil {
 		return err
 	}
-	v, err := s.Vouchers.Discard(r.Context(), r.PathValue("voucherId"))
+	ctx, stamp := voucher.WithCommitStamp(r.Context())
+	v, err := s.Vouchers.Discard(ctx, r.PathValue("voucherId"))
 	if err != nil {
 		return err
 	}
-	return ok(w, view.OfVoucher(v))
+	return changed(w, stamp, view.OfVoucher(v))
 }
 
 func (s *server) getVoucher(w http.ResponseWriter, r *http.Request) error {

@@ -263,7 +263,17 @@ func testSimpleVoucher(t *testing.T, h *vHarness) {
 	} {
 		h.rejects(c.what, id, func() *testserver.Response { return h.post(vPath(id, "redeem-voucher"), c.token, c.body) }, c.status, c.code)
 	}
-	r := h.ok("redeem", h.post(vPath(id, "redeem-voucher"), payee.Token, redeem))
+	before := time.Now()
+	redeemed := h.post(vPath(id, "redeem-voucher"), payee.Token, redeem)
+	after := time.Now()
+	// The answer says when the change committed (Server-Timing commit;
+	// desc="<Unix ns>"), which the bench measures subscribers from.
+	var ns int64
+	if _, err := fmt.Sscanf(redeemed.Header.Get("Server-Timing"), `commit;desc="%d"`, &ns); err != nil ||
+		time.Unix(0, ns).Before(before) || time.Unix(0, ns).After(after) {
+		t.Fatalf("redeem's Server-Timing %q (%v) is not a commit instant between %v and %v", redeemed.Header.Get("Server-Timing"), err, before, after)
+	}
+	r := h.ok("redeem", redeemed)
 	exp, _ := r["expectedPayment"].(map[string]any)
 	pid := str(r, "expectedPayment", "id")
 	if r["status"] != "REDEEMED" || r["type"] != "SIMPLE" || r["version"] != 2.0 || !strings.HasPrefix(pid, "pmt_") ||
@@ -275,7 +285,13 @@ func testSimpleVoucher(t *testing.T, h *vHarness) {
 			t.Fatalf("SIMPLE voucher shows %q: %v", absent, r)
 		}
 	}
-	h.rejects("redeem twice", id, func() *testserver.Response { return h.post(vPath(id, "redeem-voucher"), payee.Token, redeem) }, 400, "already_redeemed")
+	h.rejects("redeem twice", id, func() *testserver.Response {
+		resp := h.post(vPath(id, "redeem-voucher"), payee.Token, redeem)
+		if st := resp.Header.Get("Server-Timing"); st != "" {
+			t.Fatalf("a redeem that changed nothing says it committed: %q", st)
+		}
+		return resp
+	}, 400, "already_redeemed")
 	h.rejects("redeem twice as CUSTOM", id, func() *testserver.Response {
 		return h.post(vPath(id, "redeem-voucher"), payee.Token, customRedeem())
 	}, 400, "already_redeemed")

@@ -31,6 +31,7 @@ type c2cFloor struct {
 
 	mu   sync.Mutex
 	done map[int64]time.Time // sequence → commit returned
+	sent map[int64]time.Time // sequence → COMMIT sent
 	recv map[int64]time.Time // sequence → notification read
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -65,7 +66,7 @@ func newC2CFloor(ctx context.Context, dsn string) (*c2cFloor, error) {
 		db.Close()
 		return nil, fmt.Errorf("c2c floor table: %w", err)
 	}
-	f := &c2cFloor{db: db, done: map[int64]time.Time{}, recv: map[int64]time.Time{}, stop: make(chan struct{})}
+	f := &c2cFloor{db: db, done: map[int64]time.Time{}, sent: map[int64]time.Time{}, recv: map[int64]time.Time{}, stop: make(chan struct{})}
 	f.l = pq.NewListener(dsn, 100*time.Millisecond, time.Second, nil)
 	for _, ch := range []string{c2cFloorChannel, serviceChannel} {
 		if err := f.l.Listen(ch); err != nil {
@@ -145,11 +146,13 @@ func (f *c2cFloor) run(ctx context.Context, rate float64, d time.Duration, base 
 		if _, err := tx.ExecContext(ctx, `SELECT pg_notify($1, $2)`, c2cFloorChannel, strconv.FormatInt(seq, 10)+" "+payload); err != nil {
 			return err
 		}
+		t0 := time.Now()
 		if err := tx.Commit(); err != nil {
 			return err
 		}
 		at := time.Now()
 		f.mu.Lock()
+		f.sent[seq] = t0
 		f.done[seq] = at
 		f.mu.Unlock()
 		return nil
@@ -158,22 +161,24 @@ func (f *c2cFloor) run(ctx context.Context, rate float64, d time.Duration, base 
 }
 
 // latencies pairs each commit with its notification: commit→listener
-// times (never below zero: the notification can be read before the
-// committer hears its commit returned) and how many never arrived.
-func (f *c2cFloor) latencies() ([]time.Duration, int64) {
+// times (never below zero: PostgreSQL signals the listening backend as it
+// answers the COMMIT, so the notification is often read before the
+// committer hears its commit returned, which is why the floor's median is
+// 0), the COMMIT-sent→listener times beside them (which include the
+// commit's WAL flush), and how many never arrived.
+func (f *c2cFloor) latencies() (fromCommit, fromSent []time.Duration, missing int64) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []time.Duration
-	var missing int64
 	for seq, t1 := range f.done {
 		at, ok := f.recv[seq]
 		if !ok {
 			missing++
 			continue
 		}
-		out = append(out, max(at.Sub(t1), 0))
+		fromCommit = append(fromCommit, max(at.Sub(t1), 0))
+		fromSent = append(fromSent, max(at.Sub(f.sent[seq]), 0))
 	}
-	return out, missing
+	return fromCommit, fromSent, missing
 }
 
 func (f *c2cFloor) close() {

@@ -59,20 +59,20 @@ func TestC2CFloorCopiesTheServicePayloadAndPairsEveryCommit(t *testing.T) {
 	if s := errs.Summary(time.Second); s.Errors != 0 || sent != 200 {
 		t.Fatalf("sent %d (want 200), errors %d %v", sent, s.Errors, s.ErrorMsg)
 	}
-	var lats []time.Duration
+	var lats, fromSent []time.Duration
 	var missing int64
 	for time.Now().Before(deadline) {
-		if lats, missing = f.latencies(); missing == 0 {
+		if lats, fromSent, missing = f.latencies(); missing == 0 {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	if len(lats) != 200 || missing != 0 {
-		t.Fatalf("%d paired, %d missing; want 200 and 0", len(lats), missing)
+	if len(lats) != 200 || len(fromSent) != 200 || missing != 0 {
+		t.Fatalf("%d (%d) paired, %d missing; want 200 and 0", len(lats), len(fromSent), missing)
 	}
-	for _, d := range lats {
-		if d < 0 {
-			t.Fatalf("negative latency %v", d)
+	for i, d := range lats {
+		if d < 0 || fromSent[i] < 0 {
+			t.Fatalf("negative latency %v / %v", d, fromSent[i])
 		}
 	}
 	var n int64

@@ -31,6 +31,10 @@ type leanConn struct {
 	br   *bufio.Reader
 	wbuf []byte
 	body []byte
+	// committed is the last answer's commit instant, from its
+	// Server-Timing `commit;desc="<Unix ns>"` (zero when it had none): the
+	// service stamps transition answers with it (voucher.CommitStamp).
+	committed time.Time
 }
 
 func newLeanConn(addr string) *leanConn { return &leanConn{addr: addr} }
@@ -94,6 +98,7 @@ func (l *leanConn) read() (int, []byte, error) {
 		return 0, nil, fmt.Errorf("lean client: bad status line %q", line)
 	}
 	n, closing, chunked := -1, false, false
+	l.committed = time.Time{}
 	for {
 		h, err := l.br.ReadSlice('\n')
 		if err != nil {
@@ -120,6 +125,8 @@ func (l *leanConn) read() (int, []byte, error) {
 			chunked = true
 		case bytes.EqualFold(k, []byte("Connection")) && bytes.EqualFold(v, []byte("close")):
 			closing = true
+		case bytes.EqualFold(k, []byte("Server-Timing")):
+			l.committed = commitTiming(v)
 		}
 	}
 	var b []byte
@@ -143,6 +150,25 @@ func (l *leanConn) read() (int, []byte, error) {
 		l.Close()
 	}
 	return status, b, nil
+}
+
+// commitTiming reads `commit;desc="<Unix ns>"` from a Server-Timing
+// value (zero time when it is not there).
+func commitTiming(v []byte) time.Time {
+	for _, m := range bytes.Split(v, []byte(",")) {
+		name, params, _ := bytes.Cut(bytes.TrimSpace(m), []byte(";"))
+		if !bytes.Equal(name, []byte("commit")) {
+			continue
+		}
+		for _, p := range bytes.Split(params, []byte(";")) {
+			if k, val, ok := bytes.Cut(bytes.TrimSpace(p), []byte("=")); ok && bytes.Equal(k, []byte("desc")) {
+				if ns, err := strconv.ParseInt(string(bytes.Trim(val, `"`)), 10, 64); err == nil {
+					return time.Unix(0, ns)
+				}
+			}
+		}
+	}
+	return time.Time{}
 }
 
 // chunks reads a chunked body (without trailers, which nothing sends).
@@ -230,6 +256,13 @@ func newLeanPool(addr string) *leanPool { return &leanPool{addr: addr} }
 
 // ok is leanConns.ok on a borrowed connection.
 func (p *leanPool) ok(ctx context.Context, method, path, token string, body []byte) ([]byte, error) {
+	b, _, err := p.okCommitted(ctx, method, path, token, body)
+	return b, err
+}
+
+// okCommitted is ok, also returning the answer's commit instant (zero when
+// the answer did not carry one).
+func (p *leanPool) okCommitted(ctx context.Context, method, path, token string, body []byte) ([]byte, time.Time, error) {
 	p.mu.Lock()
 	var l *leanConn
 	if n := len(p.free); n > 0 {
@@ -244,7 +277,8 @@ func (p *leanPool) ok(ctx context.Context, method, path, token string, body []by
 		p.free = append(p.free, l)
 		p.mu.Unlock()
 	}()
-	return leanConns{l}.ok(ctx, 0, method, path, token, body)
+	b, err := leanConns{l}.ok(ctx, 0, method, path, token, body)
+	return b, l.committed, err
 }
 
 // Close drops every connection.

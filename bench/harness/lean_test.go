@@ -75,3 +75,21 @@ func TestLeanConn(t *testing.T) {
 		t.Fatalf("the server saw %d connections, want 1 kept alive", n)
 	}
 }
+
+func TestCommitTiming(t *testing.T) {
+	for _, c := range []struct {
+		in   string
+		want int64
+	}{
+		{`commit;desc="1764235800123456789"`, 1764235800123456789},
+		{`db;dur=1.2, commit;desc="42"`, 42},
+		{`commit;dur=3`, 0},
+		{`other;desc="5"`, 0},
+		{`commit;desc="x"`, 0},
+	} {
+		got := commitTiming([]byte(c.in))
+		if (c.want == 0) != got.IsZero() || (c.want != 0 && got.UnixNano() != c.want) {
+			t.Errorf("commitTiming(%q) = %v, want %d", c.in, got, c.want)
+		}
+	}
+}

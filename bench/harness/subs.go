@@ -291,10 +291,14 @@ func (h *Harness) sqliteCommitToClient(ctx context.Context, api *API, svc *Proce
 
 // commitToClient runs the phase on t. Each voucher's subscriber first gets
 // its current state, then one update per negotiation. Latency is from the
-// writer's response (the service answers only after commit, so this is at
-// most the commit-to-client time) to the subscriber reading the update; the
-// write-to-client time (from sending the request) is reported beside it as
-// the upper bound.
+// commit (the instant the database returned it to the service, which the
+// answer carries in Server-Timing: voucher.CommitStamp; the harness and the
+// service read the same machine clock) to the subscriber reading the
+// update: the span the floor measures, from its own commit's return. The
+// writer's answer→subscriber time (what this figure was until 2026-11-27:
+// shorter by the service's work after commit and the answer's hop) and the
+// write→subscriber time (from sending the request: the upper bound) are
+// reported beside it.
 func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	k := len(t.ids)
 	ids := t.ids
@@ -345,7 +349,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
 		return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
 	}
-	type sent struct{ t0, t1 time.Time }
+	// t0: request sent; t1: answer read; tc: the service's commit (its
+	// Server-Timing stamp, same machine clock), zero if it sent none.
+	type sent struct{ t0, t1, tc time.Time }
 	sends := make([][]sent, k)
 	prof := h.profile(t.pprof, t.id)
 	smp := sampler(t.svc, true)
@@ -389,13 +395,14 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		sn, serrs, slag, sel := OpenLoop(ctx, h.cfg.C2CRate, slice, 512, func(ctx context.Context, i int) error {
 			v := (base + i) % k
 			t0 := time.Now()
-			if _, err := writers.ok(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody); err != nil {
+			_, tc, err := writers.okCommitted(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody)
+			if err != nil {
 				return err
 			}
 			t1 := time.Now()
 			neg.Add(t1.Sub(t0))
 			mu.Lock()
-			sends[v] = append(sends[v], sent{t0, t1})
+			sends[v] = append(sends[v], sent{t0, t1, tc})
 			mu.Unlock()
 			return nil
 		})
@@ -426,8 +433,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	prof()
 	mu.Lock()
 	defer mu.Unlock()
-	var c2c, w2c [2][]time.Duration
+	var c2c, a2c, w2c [2][]time.Duration
 	var missing [2]int64
+	var unstamped [2]int64
 	for v := range sends {
 		side := 0
 		if remote(v) {
@@ -439,7 +447,13 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				missing[side]++
 				continue
 			}
-			c2c[side] = append(c2c[side], max(at.Sub(snd.t1), 0))
+			from := snd.tc
+			if from.IsZero() {
+				from = snd.t1
+				unstamped[side]++
+			}
+			c2c[side] = append(c2c[side], max(at.Sub(from), 0))
+			a2c[side] = append(a2c[side], max(at.Sub(snd.t1), 0))
 			w2c[side] = append(w2c[side], at.Sub(snd.t0))
 		}
 	}
@@ -471,8 +485,10 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			}
 		}
 		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
+		as := stats.Summarize(a2c[side], 0, elapsed, nil)
 		if side == 0 && fl != nil {
-			lats, miss := fl.latencies()
+			lats, fromSent, miss := fl.latencies()
+			ss := stats.Summarize(fromSent, 0, elapsed, nil)
 			fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
 			fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
 			note := ""
@@ -485,6 +501,8 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 					{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
 					{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
 					{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
+					{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
+					{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
 				}})
 		}
 		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
@@ -499,6 +517,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
 				{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
 				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
+				{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
+				{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
+				{Name: "answers without a commit stamp (measured from the answer)", Value: float64(unstamped[side]), Unit: ""},
 				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
 				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
 			}, diskFigures...)})

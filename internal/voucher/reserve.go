@@ -122,6 +122,7 @@ func (s *Service) createWithCode(ctx context.Context, now time.Time, create func
 		if err != nil {
 			return nil, apperr.From(err)
 		}
+		stampCommit(ctx)
 		s.published(created)
 		return created, nil
 	}

@@ -82,6 +82,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, apperr.InternalError(err)
 		}
 		if v != nil {
+			stampCommit(ctx)
 			s.published(v)
 			return v, nil
 		}
@@ -105,6 +106,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, err
 		}
 		if next != nil {
+			stampCommit(ctx)
 			s.published(next)
 			return next, nil
 		}
