@@ -160,6 +160,18 @@ func (f *c2cFloor) run(ctx context.Context, rate float64, d time.Duration, base 
 	return n, errs
 }
 
+// allRead says whether every committed notification was read.
+func (f *c2cFloor) allRead() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for seq := range f.done {
+		if _, ok := f.recv[seq]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
 // latencies pairs each commit with its notification: commit→listener
 // times (never below zero: PostgreSQL signals the listening backend as it
 // answers the COMMIT, so the notification is often read before the

@@ -50,6 +50,12 @@ type Config struct {
 	WebhookRate  float64
 	WebhookBurst int
 
+	// SettlementTest and SweepTest are the compiled test binaries of
+	// internal/settlement and cmd/voucherd (go test -c), whose benchmarks
+	// the settlement group runs; RepoDir is the repository (their packages'
+	// directories are their working directories).
+	SettlementTest, SweepTest, RepoDir string
+
 	// Profile captures CPU and allocation profiles of the service for every
 	// scenario (VOUCHER_PPROF_ADDR must be supported by the binary).
 	Profile bool
@@ -112,6 +118,9 @@ func Run(ctx context.Context, cfg Config) (*report.Run, error) {
 	pgRun.all(ctx)
 	if h.want("lifecycle") || h.want("subscriptions") {
 		h.sqlite(ctx)
+	}
+	if h.want("settlement") {
+		h.settlement(ctx)
 	}
 
 	h.run.Elapsed = time.Since(start)

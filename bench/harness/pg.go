@@ -312,13 +312,20 @@ func (s *pgScenarios) seed(ctx context.Context, source string, clients, perClien
 	return run, pgref.Seed(ctx, s.h.adm, source, run, clients, perClient)
 }
 
-// transitionSlices is how many turns pgbench and the REST redeems take at
-// each client count. The disk's flush rate and the VM's speed drift by the
-// minute here; taking turns in 2-second slices puts the same drift on the
-// reference and on the service, so their ratio holds from run to run
-// (in contiguous 10-second blocks the 16-client ratio moved between 0.44
-// and 0.70 across runs of the same code).
-const transitionSlices = 5
+// transitionSlice is how long pgbench and the REST redeems each run in
+// their turn at each client count; they take as many turns as fill the
+// loaded phase (-duration: 3 each at the default 6 s). The disk's flush
+// rate and the VM's speed drift by the minute here; taking turns in
+// 2-second slices puts the same drift on the reference and on the service,
+// so their ratio holds from run to run (in contiguous 10-second blocks the
+// 16-client ratio moved between 0.44 and 0.70 across runs of the same
+// code).
+const transitionSlice = 2 * time.Second
+
+// transitionSlices is how many turns each side takes.
+func (h *Harness) transitionSlices() int {
+	return max(2, int((h.cfg.Duration+transitionSlice/2)/transitionSlice))
+}
 
 // transitions: pgbench running the captured redeem and redeem over REST,
 // taking turns, at each client count. The service stays up while pgbench
@@ -366,10 +373,7 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	h := s.h
 	scriptPath := filepath.Join(h.cfg.OutDir, "redeem.pgbench.sql")
 	bin := filepath.Join(h.pg.BinDir(), "pgbench")
-	slice := (h.cfg.Duration / transitionSlices).Round(time.Second)
-	if slice < time.Second {
-		slice = time.Second // pgbench -T counts whole seconds
-	}
+	slice, slices := transitionSlice, h.transitionSlices()
 	pgbench := func(d time.Duration) (*pgref.Result, int, error) {
 		per := int(float64(h.cfg.PgbenchMaxTPS)*d.Seconds()/float64(c)) + 100
 		run, err := s.seed(ctx, s.clone, c, per)
@@ -379,7 +383,7 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 		res, err := pgref.Run(ctx, s.pgbenchOptions(bin, c, d, scriptPath, run))
 		return res, run, err
 	}
-	total := int(float64(h.cfg.PgbenchMaxTPS)*(h.cfg.Duration+h.cfg.Warmup+2*time.Second).Seconds()) + 1000
+	total := int(float64(h.cfg.PgbenchMaxTPS)*(time.Duration(slices)*slice+h.cfg.Warmup+2*time.Second).Seconds()) + 1000
 	restRun, err := s.seed(ctx, s.clone, 1, total)
 	if err != nil {
 		return err
@@ -412,7 +416,7 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	)
 	prof := s.profile(id)
 	smp := sampler(s.svc, true)
-	for n := 0; n < transitionSlices && ctx.Err() == nil; n++ {
+	for n := 0; n < slices && ctx.Err() == nil; n++ {
 		b0, t0, _ := proc.MachineCPU()
 		res, run, err := pgbench(slice)
 		if err != nil {
@@ -457,7 +461,7 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	h.add(&report.Result{ID: refID, Group: "references", Name: refName, Unit: "tx", Latency: &ref,
 		Figures: []report.Figure{{Name: "rows transitioned (checked per slice against its transactions)", Value: float64(refProcessed), Unit: "rows"}, busyFigure(busyShare(refBusy, refTicks))},
 		Notes: []string{fmt.Sprintf("pgbench -n -M %s -c %d -j %d -T %d -f redeem.pgbench.sql -D <each line of redeem.pgbench.vars>, %d times, taking turns with the REST redeems (script and its bind values below, per-client vouchers cloned from a reserved one)",
-			s.pgbenchOptions(bin, c, slice, scriptPath, 0).Mode(), c, c, int(slice.Seconds()), transitionSlices), s.script, varLines(s.scriptVars)}})
+			s.pgbenchOptions(bin, c, slice, scriptPath, 0).Mode(), c, c, int(slice.Seconds()), slices), s.script, varLines(s.scriptVars)}})
 
 	sum := rec.Summary(elapsed)
 	if usage != nil {

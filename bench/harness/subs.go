@@ -424,7 +424,21 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	}
 	machineBusy := busy()
 	diskFigures := disk()
-	time.Sleep(2 * time.Second) // let the last updates arrive
+	// Let the last updates arrive (up to 2 s: a coalesced version never
+	// does, and then the wait runs out).
+	waitFor(ctx, 2*time.Second, func() bool {
+		if fl != nil && !fl.allRead() {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for v := range sends {
+			if len(recvs[v]) < len(sends[v]) {
+				return false
+			}
+		}
+		return true
+	})
 	usage := stopSampler(smp, t.svc, true)
 	var rusage *proc.Usage
 	if t.replica != nil {

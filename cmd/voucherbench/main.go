@@ -66,7 +66,7 @@ func runBench(args []string, log *slog.Logger) error {
 	var (
 		bin       = fs.String("voucherd", "bin/voucherd", "the service binary to measure")
 		out       = fs.String("out", "bench/out", "where results.json, report.html, scripts and profiles go")
-		duration  = fs.Duration("duration", 10*time.Second, "length of each loaded phase")
+		duration  = fs.Duration("duration", 6*time.Second, "length of each loaded phase")
 		unloaded  = fs.Duration("unloaded", 3*time.Second, "length of each single-client latency phase")
 		warmup    = fs.Duration("warmup", time.Second, "unrecorded warm-up before each phase")
 		clients   = fs.String("clients", "16,64", "client counts for transitions (and pgbench connections)")
@@ -79,7 +79,9 @@ func runBench(args []string, log *slog.Logger) error {
 		fanEvents = fs.Int("fanout-events", 20, "events fanned out to them")
 		whRate    = fs.Float64("webhook-rate", 100, "business redeems per second for webhook latency")
 		whBurst   = fs.Int("webhook-burst", 2000, "business redeems in the webhook throughput burst")
-		only      = fs.String("only", "", "comma-separated groups: transitions,read,hostile,lifecycle,webhooks,apikeys,subscriptions,scaling (default all)")
+		only      = fs.String("only", "", "comma-separated groups: transitions,read,hostile,lifecycle,webhooks,apikeys,subscriptions,scaling,settlement (default all)")
+		settleT   = fs.String("settlement-test", "", "internal/settlement's compiled tests (go test -c), for the settlement group (make bench builds bin/settlement.test)")
+		sweepT    = fs.String("sweep-test", "", "cmd/voucherd's compiled tests (go test -c), for the settlement group's sweeps (make bench builds bin/voucherd.test)")
 		profile   = fs.Bool("profile", false, "capture pprof CPU and allocation profiles of the service per scenario (needs VOUCHER_PPROF_ADDR support)")
 		timeout   = fs.Duration("timeout", 15*time.Minute, "give up after this long")
 		selfProf  = fs.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file (what the harness costs the machine)")
@@ -99,7 +101,7 @@ func runBench(args []string, log *slog.Logger) error {
 	for _, g := range strings.Split(*only, ",") {
 		if g = strings.TrimSpace(g); g != "" {
 			switch g {
-			case "transitions", "read", "hostile", "lifecycle", "webhooks", "apikeys", "subscriptions", "scaling":
+			case "transitions", "read", "hostile", "lifecycle", "webhooks", "apikeys", "subscriptions", "scaling", "settlement":
 				groups[g] = true
 			default:
 				return fmt.Errorf("-only: unknown group %q", g)
@@ -138,6 +140,7 @@ func runBench(args []string, log *slog.Logger) error {
 		TransitionClients: cs, ReadClients: *readC, LifecycleClients: *lifeC, PgbenchMaxTPS: *maxTPS,
 		IdleSubs: *idle, C2CRate: *c2cRate, FanoutSubs: *fanSubs, FanoutEvents: *fanEvents,
 		WebhookRate: *whRate, WebhookBurst: *whBurst,
+		SettlementTest: *settleT, SweepTest: *sweepT, RepoDir: ".",
 		Profile: *profile, Log: log, Out: os.Stdout,
 	})
 	if err != nil {
