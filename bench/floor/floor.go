@@ -40,11 +40,16 @@ type Config struct {
 	DSN      string    `json:"dsn,omitempty"`
 	MaxConns int       `json:"maxConns,omitempty"`
 	Read     ReadQuery `json:"read,omitempty"`
+	// Redeem is the captured redeem statement (the one conditional UPDATE
+	// … RETURNING the service runs for a voucher without a business), for
+	// the redeem floor; empty when not captured.
+	Redeem ReadQuery `json:"redeem,omitempty"`
 }
 
 // Serve runs the floors on cfg.Addr until ctx ends:
 //
 //	GET  /vouchers/{id}  the read floor (when cfg.DSN is set)
+//	POST /vouchers/{id}/redeem  the redeem floor (when cfg.Redeem.SQL is set too)
 //	GET  /ws             websocket connections for the fan-out floor
 //	POST /broadcast      writes the request body as one text frame to every connection
 //	GET  /count          number of open websocket connections
@@ -73,7 +78,35 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			defer st.Close()
 			query = st.QueryContext
 		}
-		mux.HandleFunc("GET /vouchers/{id}", readHandler(query, cfg.Read))
+		if cfg.Read.SQL != "" {
+			mux.HandleFunc("GET /vouchers/{id}", readHandler(query, cfg.Read))
+		}
+		if cfg.Redeem.SQL != "" {
+			// The redeem floor: the request's body is read and decoded
+			// (as any JSON endpoint must), then the captured statement
+			// runs with the path's voucher and the row it returns is
+			// written back, as readHandler does.
+			redeem := func(ctx context.Context, args ...any) (*sql.Rows, error) {
+				return db.QueryContext(ctx, cfg.Redeem.SQL, args...)
+			}
+			if cfg.Redeem.Prepared {
+				st, err := db.PrepareContext(ctx, cfg.Redeem.SQL)
+				if err != nil {
+					return err
+				}
+				defer st.Close()
+				redeem = st.QueryContext
+			}
+			rh := readHandler(redeem, cfg.Redeem)
+			mux.HandleFunc("POST /vouchers/{id}/redeem", func(w http.ResponseWriter, r *http.Request) {
+				var body map[string]any
+				if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+					http.Error(w, err.Error(), http.StatusBadRequest)
+					return
+				}
+				rh(w, r)
+			})
+		}
 	}
 	b := &broadcaster{conns: map[*websocket.Conn]struct{}{}}
 	mux.HandleFunc("GET /ws", b.accept)

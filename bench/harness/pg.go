@@ -39,9 +39,13 @@ type pgScenarios struct {
 	// scriptVars are the script's bind values, passed to pgbench as -D.
 	scriptVars []pgref.Var
 	read       *floor.ReadQuery
-	setupOK    error
-	biz        string
-	bizErr     error
+	// redeemQ is the captured redeem as one statement, for the redeem
+	// floor (nil when the redeem was not one statement).
+	redeemQ  *floor.ReadQuery
+	floorPid int
+	setupOK  error
+	biz      string
+	bizErr   error
 }
 
 // features says which parts of the interface the running service has.
@@ -249,6 +253,18 @@ func (s *pgScenarios) setup(ctx context.Context) error {
 	if s.redeem, err = pgref.Transition(stmts, capture.ID); err != nil {
 		return err
 	}
+	if len(s.redeem) == 1 && strings.HasPrefix(strings.ToUpper(strings.TrimSpace(s.redeem[0].SQL)), "UPDATE") {
+		st := s.redeem[0]
+		q := &floor.ReadQuery{SQL: st.SQL, Params: st.Params, Prepared: st.Prepared, IDParam: -1}
+		for i, p := range st.Params {
+			if p != nil && *p == capture.ID {
+				q.IDParam = i
+			}
+		}
+		if q.IDParam >= 0 {
+			s.redeemQ = q
+		}
+	}
 	s.script, s.scriptVars, err = pgref.Script(s.redeem, capture.ID, func(q string) ([]string, error) { return pgref.ParamTypes(ctx, conn, q) })
 	if err != nil {
 		return err
@@ -291,6 +307,45 @@ func (s *pgScenarios) setup(ctx context.Context) error {
 		}
 		s.read = q
 	}
+	return nil
+}
+
+// startFloor starts a floor process (voucherbench floor) on the bench's
+// database with cfg (its address, DSN and pool filled in here).
+func (s *pgScenarios) startFloor(cfg floor.Config, name string) (*Process, error) {
+	h := s.h
+	addr, err := FreeAddr()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Addr, cfg.DSN, cfg.MaxConns = addr, h.dsn, 32
+	cfgPath := filepath.Join(h.cfg.OutDir, name)
+	b, _ := json.Marshal(cfg)
+	if err := os.WriteFile(cfgPath, b, 0o600); err != nil {
+		return nil, err
+	}
+	p, err := StartProcess("floor", h.cfg.Self, []string{"floor", "-config", cfgPath}, nil, addr, "/count")
+	if err == nil {
+		s.floorPid = p.Pid()
+	}
+	return p, err
+}
+
+// floorResult records the redeem floor's side of a transitions pair, after
+// checking that every redeem it answered changed a row.
+func (s *pgScenarios) floorResult(ctx context.Context, c int, fl *Process, rec *stats.Recorder, elapsed, cpu time.Duration, run, slices int, slice time.Duration) error {
+	sum := rec.Summary(elapsed)
+	changed, err := pgref.Changed(ctx, s.h.adm, run, "RESERVED")
+	if err != nil {
+		return err
+	}
+	if ok := sum.Count - sum.Errors; changed < ok {
+		return fmt.Errorf("the floor answered %d redeems but %d vouchers changed state", ok, changed)
+	}
+	usage := &proc.Usage{CPU: cpu}
+	s.h.add(&report.Result{ID: fmt.Sprintf("ref-redeem-floor-c%d", c), Group: "references", Name: fmt.Sprintf("floor: net/http + the redeem statement, %d clients", c),
+		Unit: "req", Latency: &sum, Usage: usage, Figures: cpuPer(usage, sum.Count, "redeem"),
+		Notes: []string{fmt.Sprintf("%d slices of %s, after pgbench's and the service's in each turn; the captured statement, prepared as the service ran it, on rows of its own", slices, slice)}})
 	return nil
 }
 
@@ -391,6 +446,51 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 	var next atomic.Int64
 	conns := newLeanConns(s.svc.Addr, c)
 	defer conns.Close()
+	// The redeem floor (floor.Serve's POST /vouchers/{id}/redeem): a bare
+	// net/http handler running the captured statement on fresh rows of its
+	// own, taking turns with pgbench and the service. It is what a REST
+	// redeem costs this machine without the service: the HTTP exchange,
+	// decoding the body, the one statement, encoding the row.
+	var (
+		floorOp   func(ctx context.Context, w int) error
+		floorWhy  string
+		floorRec  = stats.NewRecorder(0)
+		floorTime time.Duration
+		floorCPU  time.Duration
+	)
+	if s.redeemQ == nil {
+		floorWhy = "the redeem was not captured as one statement"
+	} else {
+		var floorNext atomic.Int64
+		floorRun, err := s.seed(ctx, s.clone, 1, total)
+		if err != nil {
+			return err
+		}
+		fl, err := s.startFloor(floor.Config{Redeem: *s.redeemQ}, "floor-redeem.json")
+		if err != nil {
+			floorWhy = "floor: " + err.Error()
+		} else {
+			defer fl.Stop()
+			fconns := newLeanConns(fl.Addr, c)
+			defer fconns.Close()
+			floorOp = func(ctx context.Context, w int) error {
+				n := int(floorNext.Add(1))
+				if n > total {
+					return errors.New("seeded vouchers exhausted: raise -pgbench-max-tps")
+				}
+				_, err := fconns.ok(ctx, w, http.MethodPost, "/vouchers/"+pgref.SeedID(floorRun, 0, n)+"/redeem", "", redeemBody)
+				return err
+			}
+			defer func() {
+				if err := s.floorResult(ctx, c, fl, floorRec, floorTime, floorCPU, floorRun, slices, slice); err != nil {
+					h.notRun(fmt.Sprintf("ref-redeem-floor-c%d", c), "references", fmt.Sprintf("floor: net/http + the redeem statement, %d clients", c), err.Error())
+				}
+			}()
+		}
+	}
+	if floorWhy != "" {
+		defer h.notRun(fmt.Sprintf("ref-redeem-floor-c%d", c), "references", fmt.Sprintf("floor: net/http + the redeem statement, %d clients", c), floorWhy)
+	}
 	redeem := func(ctx context.Context, w int) error {
 		n := int(next.Add(1))
 		if n > total {
@@ -403,6 +503,9 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 			return err
 		}
 		warm(ctx, c, h.cfg.Warmup, redeem)
+		if floorOp != nil {
+			warm(ctx, c, h.cfg.Warmup, floorOp)
+		}
 	}
 
 	var (
@@ -449,6 +552,13 @@ func (s *pgScenarios) transitionPair(ctx context.Context, c int, refID, refName,
 		b1, t1, _ = proc.MachineCPU()
 		cpu += c1 - c0
 		busy, ticks = busy+b1-b0, ticks+t1-t0
+
+		if floorOp != nil {
+			f0, _ := proc.CPU(s.floorPid)
+			floorTime += runLoop(ctx, c, slice, floorOp, floorRec)
+			f1, _ := proc.CPU(s.floorPid)
+			floorCPU += f1 - f0
+		}
 	}
 	usage := stopSampler(smp, s.svc, true)
 	prof()
