@@ -535,3 +535,40 @@ func TestFailedLoadRetriesOnlyWhatNeedsLoading(t *testing.T) {
 		t.Fatalf("the change carrying its state was loaded %d times", n)
 	}
 }
+
+// A change this replica committed, with few subscribers, is in their
+// mailboxes when Publish returns (the publisher handed it over itself, no
+// worker in between); one followed by more than inlineMax goes through the
+// shard's worker and still reaches every one of them, once.
+func TestInProcessChangeIsHandedOverByThePublisher(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{Shards: 1})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	defer s.Close()
+	own := &ent.Voucher{ID: "vch_1", SessionID: "ses_1", Version: 2}
+	h.Publish(ChangeOf(own).WithState(own))
+	ev, err := s.TryNext()
+	if err != nil || ev == nil || ev.Voucher != own {
+		t.Fatalf("right after Publish: %v %v", ev, err)
+	}
+	// The same version again (its echo through LISTEN) is not sent.
+	h.Publish(ChangeOf(own).WithState(own))
+	nothing(t, s)
+
+	var many []*Subscription
+	for range inlineMax + 1 {
+		many = append(many, h.Subscribe(BySession, "ses_2"))
+	}
+	big := &ent.Voucher{ID: "vch_2", SessionID: "ses_2", Version: 7}
+	h.Publish(ChangeOf(big).WithState(big))
+	for _, m := range many {
+		if ev := next(t, m); ev.Voucher != big {
+			t.Fatalf("fan-out: got %+v", ev.Voucher)
+		}
+		nothing(t, m)
+		m.Close()
+	}
+	if n := l.loads.Load(); n != 0 {
+		t.Fatalf("%d loads for changes that carried their state", n)
+	}
+}
