@@ -161,23 +161,24 @@ const inlineMax = 8
 
 // Publish records that a voucher changed. It implements Publisher.
 //
-// A change handed over in process (c.Voucher: this replica committed it)
-// already carries its new state; when it concerns at most inlineMax
-// subscribers and its shard's worker is not sending at that moment, the
-// publishing goroutine, which has just seen the commit return and is
-// running, puts it in their mailboxes itself. Waking the shard's worker
-// for it cost a scheduling delay on a busy machine (about 150 µs a change
-// on average in a runtime trace of the commit→subscriber phase at load 20,
-// and the tail of that delay was the same-replica p99). A larger fan-out
-// (a business's dashboard) still goes to the worker, so the committing
-// request does not wait for thousands of mailboxes.
+// A change that carries its new state (c.Voucher: this replica committed
+// it; c.Row: another replica's notification) is handed over by the
+// publishing goroutine itself (the committing request, or the listener
+// that read the notification, both already running) when at most
+// inlineMax subscribers follow it and its shard's worker is not sending at
+// that moment. Waking the shard's worker for it cost a scheduling delay on
+// a busy machine (about 150 µs a change on average in a runtime trace of
+// the commit→subscriber phase at load 20, and the tail of that delay was
+// the p99). A larger fan-out (a business's dashboard), a row that does not
+// decode, and a change without its state still go to the worker, so the
+// publisher never waits for thousands of mailboxes or a load.
 func (h *Hub) Publish(c VoucherChange) {
 	if c.ID == "" || !h.interested(c) {
 		return
 	}
 	s := h.shardFor(c.ID)
-	if c.Voucher != nil && !h.closed.Load() && s.sendMu.TryLock() {
-		done := s.sendInline(c.Voucher)
+	if (c.Voucher != nil || len(c.Row) > 0) && !h.closed.Load() && s.sendMu.TryLock() {
+		done := s.sendInline(c)
 		s.sendMu.Unlock()
 		if done {
 			return
@@ -531,21 +532,35 @@ type shard struct {
 	seen *versionMemo
 }
 
-// sendInline dispatches v from the publishing goroutine (sendMu held) when
-// it has at most inlineMax subscribers; it returns false (nothing done)
-// otherwise.
-func (s *shard) sendInline(v *ent.Voucher) bool {
+// sendInline dispatches c from the publishing goroutine (sendMu held) when
+// it carries its state and at most inlineMax subscribers follow it; it
+// returns false (nothing done) otherwise, and the worker takes it.
+func (s *shard) sendInline(c VoucherChange) bool {
+	h := s.hub
+	// A version already dispatched (this replica's own change coming back
+	// through LISTEN) needs no decoding.
+	if last, ok := s.seen.get(c.ID); ok && c.Version > 0 && c.Version <= last {
+		return true
+	}
+	keys := ent.Voucher{ID: c.ID, SessionID: c.SessionID}
+	if c.BusinessID != "" {
+		keys.BusinessID = &c.BusinessID
+	}
 	var arr [inlineMax]*Subscription
-	buf := s.hub.followers(v, arr[:0])
+	buf := h.followers(&keys, arr[:0])
 	if len(buf) > inlineMax {
 		return false
+	}
+	v := h.stateOf(c)
+	if v == nil {
+		return false // to be loaded: the worker does that
 	}
 	if last, ok := s.seen.get(v.ID); ok && v.Version <= last {
 		return true
 	}
 	s.seen.put(v.ID, v.Version)
 	if len(buf) > 0 {
-		s.hub.deliverTo(&Event{Voucher: v}, buf)
+		h.deliverTo(&Event{Voucher: v}, buf)
 	}
 	return true
 }

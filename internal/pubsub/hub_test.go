@@ -536,10 +536,11 @@ func TestFailedLoadRetriesOnlyWhatNeedsLoading(t *testing.T) {
 	}
 }
 
-// A change this replica committed, with few subscribers, is in their
-// mailboxes when Publish returns (the publisher handed it over itself, no
-// worker in between); one followed by more than inlineMax goes through the
-// shard's worker and still reaches every one of them, once.
+// A change that carries its state (this replica's, or a notified row),
+// with few subscribers, is in their mailboxes when Publish returns (the
+// publisher handed it over itself, no worker in between); one followed by
+// more than inlineMax goes through the shard's worker and still reaches
+// every one of them, once.
 func TestInProcessChangeIsHandedOverByThePublisher(t *testing.T) {
 	l := newFakeLoader()
 	h := newHub(t, l, Options{Shards: 1})
@@ -554,6 +555,12 @@ func TestInProcessChangeIsHandedOverByThePublisher(t *testing.T) {
 	// The same version again (its echo through LISTEN) is not sent.
 	h.Publish(ChangeOf(own).WithState(own))
 	nothing(t, s)
+	// Another replica's change read from a notification, with its row: the
+	// listener hands it over the same way.
+	h.Publish(VoucherChange{ID: "vch_1", Version: 3, SessionID: "ses_1", Row: []byte(`{"id":"vch_1","version":3,"session_id":"ses_1"}`)})
+	if ev, err := s.TryNext(); err != nil || ev == nil || ev.Voucher.Version != 3 {
+		t.Fatalf("right after publishing a notified row: %v %v", ev, err)
+	}
 
 	var many []*Subscription
 	for range inlineMax + 1 {
