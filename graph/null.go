@@ -1,8 +1,6 @@
 package graph
 
 import (
-	"context"
-
 	"github.com/99designs/gqlgen/graphql"
 )
 
@@ -11,15 +9,14 @@ import (
 // as "" (a receipt's transactionHash and amount, a settlement's paidAmount
 // and currency, a settlement transaction's reason and amount, a viewer's
 // email) are bound straight to the schema's nullable String and Decimal
-// fields, and this field middleware turns their empty value into null for
+// fields, and this rule (run by fieldRules) turns their empty value into null for
 // every nullable field, so no resolver repeats the rule. A non-null field
 // keeps its "" (an endpoint's description may be empty).
-func nullForAbsent(ctx context.Context, next graphql.Resolver) (any, error) {
-	res, err := next(ctx)
-	if s, ok := res.(string); ok && s == "" && err == nil {
-		if fc := graphql.GetFieldContext(ctx); fc != nil && fc.Field.Field != nil && fc.Field.Definition != nil && !fc.Field.Definition.Type.NonNull {
-			return nil, nil
+func nullForAbsent(fc *graphql.FieldContext, res any) any {
+	if s, ok := res.(string); ok && s == "" {
+		if fc != nil && fc.Field.Field != nil && fc.Field.Definition != nil && !fc.Field.Definition.Type.NonNull {
+			return nil
 		}
 	}
-	return res, err
+	return res
 }

@@ -13,27 +13,23 @@ import (
 	"github.com/voucherd/voucherd/internal/apperr"
 )
 
-// internalErrors turns a plain error from a resolver into internal (the
-// services return *apperr.Error for everything a caller should see), so
-// the presenter can tell a bug, whose text must not leak, from gqlgen's
-// own argument errors, which are the caller's.
-func internalErrors(ctx context.Context, next graphql.Resolver) (any, error) {
-	res, err := next(ctx)
-	if err == nil {
-		return res, nil
-	}
-	if fc := graphql.GetFieldContext(ctx); fc != nil && strings.HasPrefix(fc.Field.Name, "__") {
-		return res, err // introspection, refused outside development: the caller's
+// internalError turns a plain error from a field's resolver into internal
+// (the services return *apperr.Error for everything a caller should see),
+// so the presenter can tell a bug, whose text must not leak, from gqlgen's
+// own argument errors, which are the caller's (fieldRules).
+func internalError(ctx context.Context, fc *graphql.FieldContext, err error) error {
+	if fc != nil && strings.HasPrefix(fc.Field.Name, "__") {
+		return err // introspection, refused outside development: the caller's
 	}
 	if outOfTime(ctx, err) {
-		return res, errOutOfTime()
+		return errOutOfTime()
 	}
 	var ae *apperr.Error
 	var ge *gqlerror.Error
 	if !errors.As(err, &ae) && !errors.As(err, &ge) {
 		err = apperr.InternalError(err)
 	}
-	return res, err
+	return err
 }
 
 // presentError puts the service's error code in extensions.code; internal

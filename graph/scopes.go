@@ -18,30 +18,24 @@ import (
 // field by its operation before any resolver runs (a root field the table
 // does not know is closed to keys). Other callers pass untouched: their
 // guards are applied by the services (operation.Caller).
-func keyScopes(ctx context.Context, next graphql.Resolver) (any, error) {
+func keyScopes(ctx context.Context, fc *graphql.FieldContext) error {
 	p := auth.FromContext(ctx)
 	if !p.IsAPIKey() {
-		return next(ctx)
+		return nil
 	}
-	fc := graphql.GetFieldContext(ctx)
 	if fc == nil || fc.Field.Field == nil || strings.HasPrefix(fc.Field.Name, "__") {
-		return next(ctx)
+		return nil
 	}
 	field := fc.Object + "." + fc.Field.Name
 	if isRootField(fc) {
 		op, ok := operation.ByField(field)
 		if !ok {
-			return nil, apperr.Newf(apperr.Forbidden, "%s is not open to API keys", fc.Field.Name)
+			return apperr.Newf(apperr.Forbidden, "%s is not open to API keys", fc.Field.Name)
 		}
-		if err := operation.Authorize(op, p); err != nil {
-			return nil, err
-		}
-		return next(ctx)
+		return operation.Authorize(op, p)
 	}
 	if op, ok := operation.ByNestedField(field); ok {
-		if err := operation.Authorize(op, p); err != nil {
-			return nil, err
-		}
+		return operation.Authorize(op, p)
 	}
-	return next(ctx)
+	return nil
 }

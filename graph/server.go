@@ -4,7 +4,6 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -175,24 +174,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 		srv.Use(extension.Introspection{})
 	}
 	srv.AroundResponses(timeBudget(opts.TimeBudget))
-	srv.AroundFields(internalErrors)
-	srv.AroundFields(nullForAbsent)
-	srv.AroundFields(keyScopes)
-	if opts.Metrics != nil {
-		// Outside the rate limits, so a refused field counts too.
-		srv.AroundFields(func(ctx context.Context, next graphql.Resolver) (any, error) {
-			fc := graphql.GetFieldContext(ctx)
-			if !isRootField(fc) || strings.HasPrefix(fc.Field.Name, "__") {
-				return next(ctx)
-			}
-			res, err := next(ctx)
-			opts.Metrics.Field(fc.Object+"."+fc.Field.Name, err)
-			return res, err
-		})
-	}
-	if lim != nil {
-		srv.AroundFields(lim.aroundFields)
-	}
+	srv.AroundFields(fieldRules{lim: lim, metrics: opts.Metrics}.around)
 	if opts.fieldHook != nil {
 		srv.AroundFields(opts.fieldHook)
 	}
