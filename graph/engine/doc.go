@@ -41,7 +41,7 @@
 //     subscription. Here a subscription keeps only the door's Stream (for
 //     voucherUpdated, its hub mailbox), the parsed operation and an
 //     interned fingerprint of its selection; an event is rendered once per
-//     selection shape and the bytes shared (Shared.Render), by a pool of
+//     selection shape and the bytes shared (Shared), by a pool of
 //     renderers per shape (gqlgen's generated code run once and fed one
 //     value per rendering). Figures, for voucherUpdated: live heap per idle
 //     subscription 7.6 → 3.4 KiB; rendering CPU in the 1,000 changes/s

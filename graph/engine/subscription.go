@@ -211,13 +211,16 @@ func asInt(v any) (int, bool) {
 	return 0, false
 }
 
-// Shared is one event as every subscriber receiving it sees it: Render
-// returns the event rendered under key (a selection's fingerprint),
-// calling render at most once per key for all of them; ok is false when
-// render declined to share its result (each subscriber then renders for
-// itself).
+// Shared is one event as every subscriber receiving it sees it, holding
+// its renderings by key (a selection's fingerprint): of the subscribers
+// asking for key, Claim answers one first (it renders, and hands the
+// result to Publish exactly once, ok false when not to share) and the
+// others, after waiting for Publish, what it published. (pubsub.Event is
+// one.) No function crosses the interface: a closure passed through it
+// would be allocated per subscriber and event.
 type Shared interface {
-	Render(key string, render func() ([]byte, bool)) ([]byte, bool)
+	Claim(key string) (data []byte, ok, first bool)
+	Publish(key string, data []byte, ok bool)
 }
 
 // Stream is one subscription's source of values, kept by the door: what
@@ -338,23 +341,36 @@ func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql
 	if run.shape == (unique.Handle[string]{}) || ev == nil {
 		return run.produce(ctx, v)
 	}
-	var own *graphql.Response
-	data, ok := ev.Render(run.shape.Value(), func() ([]byte, bool) {
-		own = run.produce(ctx, v)
-		if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
-			return nil, false
-		}
-		// produce's buffer is its own: nothing writes to it again.
-		return own.Data, true
-	})
+	key := run.shape.Value()
+	data, ok, first := ev.Claim(key)
 	switch {
-	case own != nil:
-		return own
+	case first:
+		return run.renderShared(ctx, v, ev, key)
 	case ok:
 		return &graphql.Response{Data: data}
 	default:
 		return run.produce(ctx, v)
 	}
+}
+
+// renderShared renders v for every subscriber of ev with this selection
+// and publishes the bytes; a rendering with errors is not shared, nor one
+// that panicked (the others then render for themselves).
+func (run *subRun[V, S, P]) renderShared(ctx context.Context, v V, ev Shared, key string) *graphql.Response {
+	published := false
+	defer func() {
+		if !published {
+			ev.Publish(key, nil, false)
+		}
+	}()
+	own := run.produce(ctx, v)
+	if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
+		return own
+	}
+	// produce's buffer is its own: nothing writes to it again.
+	ev.Publish(key, own.Data, true)
+	published = true
+	return own
 }
 
 // produce renders v for this subscription with gqlgen's generated code.
