@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -223,18 +221,7 @@ func DepositFor(factory, payout string) func(voucherID string) *payment.Deposit 
 	}
 }
 
-func checkReference(v *apperr.Validator, ref string) {
-	switch n := utf8.RuneCountInString(ref); {
-	case !utf8.ValidString(ref):
-		v.Add("reference", "must be valid UTF-8")
-	case n < 1 || n > MaxReferenceLength:
-		v.Add("reference", fmt.Sprintf("must be 1 to %d characters", MaxReferenceLength))
-	case strings.TrimSpace(ref) == "":
-		v.Add("reference", "must not be blank")
-	case strings.ContainsFunc(ref, unicode.IsControl):
-		v.Add("reference", "must not contain control characters")
-	}
-}
+func checkReference(v *apperr.Validator, ref string) { v.Text("reference", ref, MaxReferenceLength) }
 
 // Page statuses: the hosted page's root data-status (docs/widgets.md).
 const (

@@ -18,8 +18,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
@@ -111,18 +109,7 @@ type UpdateInput struct {
 }
 
 // checkName is the business name rule at the widget's bound.
-func checkName(v *apperr.Validator, name string) {
-	switch n := utf8.RuneCountInString(name); {
-	case !utf8.ValidString(name):
-		v.Add("name", "must be valid UTF-8")
-	case n < 1 || n > MaxNameLength:
-		v.Add("name", fmt.Sprintf("must be 1 to %d characters", MaxNameLength))
-	case strings.TrimSpace(name) == "":
-		v.Add("name", "must not be blank")
-	case strings.ContainsFunc(name, unicode.IsControl):
-		v.Add("name", "must not contain control characters")
-	}
-}
+func checkName(v *apperr.Validator, name string) { v.Text("name", name, MaxNameLength) }
 
 func checkStatus(v *apperr.Validator, st *entwidget.Status) {
 	if st != nil && entwidget.StatusValidator(*st) != nil {
