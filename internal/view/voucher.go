@@ -40,7 +40,7 @@ type Voucher struct {
 	PayeeInfo       json.RawMessage         `json:"payeeInfo,omitempty"`
 	Receipts        []payment.Receipt       `json:"receipts,omitzero"`
 	DiscardReason   *string                 `json:"discardReason,omitempty"`
-	Settlement      *Settlement             `json:"settlement,omitempty"`
+	Settlement      *payment.Settlement     `json:"settlement,omitempty"`
 	// Deposit is a checkout's deposit address (networks with a deposit
 	// factory).
 	Deposit *Deposit `json:"deposit,omitempty"`
@@ -88,7 +88,7 @@ func OfVoucher(v *ent.Voucher) *Voucher {
 	if len(v.PayeeInfo) > 0 && string(v.PayeeInfo) != "null" {
 		out.PayeeInfo = v.PayeeInfo
 	}
-	out.Settlement = settlementView(v.Settlement)
+	out.Settlement = SettlementOf(v)
 	out.Deposit = DepositOf(v)
 	return out
 }
@@ -116,28 +116,16 @@ func DepositOf(v *ent.Voucher) *Deposit {
 	}
 }
 
-// Settlement is the REST view of a voucher's settlement: the fields
-// docs/settlement.md names, without the watcher's bookkeeping.
-type Settlement struct {
-	Status                string `json:"status"`
-	Verified              bool   `json:"verified"`
-	RequiredConfirmations int    `json:"requiredConfirmations"`
-	Confirmations         int    `json:"confirmations"`
-	PaidAmount            string `json:"paidAmount,omitempty"`
-	Currency              string `json:"currency,omitempty"`
-	// Transactions are payment.SettlementTransaction without the
-	// watcher's block hash (left empty, so omitted).
-	Transactions []payment.SettlementTransaction `json:"transactions"`
-}
-
-// SettlementOf is v's settlement as REST shows it (nil before resolve).
-func SettlementOf(v *ent.Voucher) *Settlement { return settlementView(v.Settlement) }
-
-func settlementView(s *payment.Settlement) *Settlement {
+// SettlementOf is v's settlement as REST shows it (nil before resolve):
+// payment.Settlement, the fields docs/settlement.md names, with the
+// watcher's bookkeeping (network, deadline, events; a transaction's block
+// hash) left empty, so omitted.
+func SettlementOf(v *ent.Voucher) *payment.Settlement {
+	s := v.Settlement
 	if s == nil {
 		return nil
 	}
-	out := &Settlement{
+	out := &payment.Settlement{
 		Status: s.Status, Verified: s.Verified, RequiredConfirmations: s.RequiredConfirmations,
 		Confirmations: s.Confirmations, PaidAmount: s.PaidAmount, Currency: s.Currency,
 		Transactions: make([]payment.SettlementTransaction, len(s.Transactions)),

@@ -3,19 +3,22 @@ package view_test
 import (
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/view"
 )
 
-// A settlement's transactions and a deposit's sweep are the payment types
-// on REST, without the watcher's and the sweeper's bookkeeping.
+// A settlement (with its transactions) and a deposit's sweep are the
+// payment types on REST, without the watcher's and the sweeper's
+// bookkeeping.
 func TestSettlementAndDepositLeaveBookkeepingOut(t *testing.T) {
 	block := int64(7)
+	deadline := time.Date(2026, 11, 27, 10, 0, 0, 0, time.UTC)
 	v := &ent.Voucher{
 		Settlement: &payment.Settlement{Status: payment.SettlementConfirmed, Verified: true, RequiredConfirmations: 2,
-			Confirmations: 3, PaidAmount: "1.5", Currency: "USDT", Network: "ethereum", Events: []string{"deposit.confirmed"},
+			Confirmations: 3, PaidAmount: "1.5", Currency: "USDT", Network: "ethereum", Deadline: &deadline, Events: []string{"deposit.confirmed"},
 			Transactions: []payment.SettlementTransaction{{TransactionHash: "0xab", Status: payment.TxConfirmed, BlockNumber: &block,
 				Confirmations: 3, Amount: "1.5", Detected: true, Late: true, BlockHash: "0xcd"}}},
 		Deposit: &payment.Deposit{Address: "0x01", PayoutAddress: "0x02", Factory: "0x03",
@@ -37,7 +40,7 @@ func TestSettlementAndDepositLeaveBookkeepingOut(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, b, c.want)
 		}
 	}
-	if v.Settlement.Transactions[0].BlockHash != "0xcd" || v.Deposit.Sweep.Attempts != 2 {
+	if v.Settlement.Transactions[0].BlockHash != "0xcd" || v.Settlement.Network != "ethereum" || v.Deposit.Sweep.Attempts != 2 {
 		t.Fatal("rendering changed the voucher")
 	}
 }
