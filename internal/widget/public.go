@@ -84,11 +84,7 @@ type Accepted struct {
 // Config returns the widget's public configuration. It answers for an
 // INACTIVE widget too (its status says so).
 func (s *Service) Config(ctx context.Context, id, clientSecret string) (*PublicConfig, error) {
-	w, err := s.authorize(ctx, id, clientSecret)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.businessOf(ctx, w)
+	w, b, err := s.authorizeWithBusiness(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -127,11 +123,7 @@ func CheckoutPath(token string) string { return "/checkout/" + token }
 // business, REDEEMED as SIMPLE with the widget's wallet for the network,
 // and a checkout token for its hosted page.
 func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, in CheckoutInput) (*NewCheckout, error) {
-	w, err := s.authorize(ctx, id, clientSecret)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.businessOf(ctx, w)
+	w, b, err := s.authorizeWithBusiness(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
 	}

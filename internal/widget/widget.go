@@ -460,11 +460,16 @@ func (s *Service) Delete(ctx context.Context, businessID, id string) (string, er
 	return id, nil
 }
 
-// businessOf loads a widget's business (for its name and status).
-func (s *Service) businessOf(ctx context.Context, w *ent.Widget) (*ent.Business, error) {
+// authorizeWithBusiness is authorize, and the widget's business (for its
+// name and status): what the public routes start with.
+func (s *Service) authorizeWithBusiness(ctx context.Context, id, clientSecret string) (*ent.Widget, *ent.Business, error) {
+	w, err := s.authorize(ctx, id, clientSecret)
+	if err != nil {
+		return nil, nil, err
+	}
 	b, err := s.db.Business.Query().Where(entbusiness.ID(w.BusinessID)).Only(ctx)
 	if err != nil {
-		return nil, apperr.InternalError(err)
+		return nil, nil, apperr.InternalError(err)
 	}
-	return b, nil
+	return w, b, nil
 }
