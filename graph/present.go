@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net/http"
+	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -71,4 +73,25 @@ func presentError(log *slog.Logger) graphql.ErrorPresenterFunc {
 		gerr.Extensions = map[string]any{"code": string(code)}
 		return gerr
 	}
+}
+
+// refusalStatus is the HTTP status a request error asks for over POST and
+// GET (engine.Refusals; 0: the GraphQL-over-HTTP spec's): 405 with Allow:
+// POST for a mutation over GET, 429 with Retry-After past a rate limit.
+func refusalStatus(err error, h http.Header) int {
+	var ae *apperr.Error
+	if !errors.As(err, &ae) {
+		return 0
+	}
+	switch ae.Code {
+	case apperr.MethodNotAllowed:
+		h.Set("Allow", http.MethodPost)
+		return http.StatusMethodNotAllowed
+	case apperr.RateLimit:
+		if ae.RetryAfterSeconds > 0 {
+			h.Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds))
+		}
+		return http.StatusTooManyRequests
+	}
+	return 0
 }

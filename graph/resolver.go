@@ -3,8 +3,10 @@
 // server wiring (server.go: transports, limits, rate limits, connection_init
 // authentication) and the error presenter. What replaces parts of gqlgen's
 // own machinery lives beside it: graph/engine (POST and GET, the complexity
-// memo, voucherUpdated's shared renderers) and graph/wstransport (the
-// websocket transport).
+// memo, subscriptions rendered once per selection shape) and
+// graph/wstransport (the websocket transport); neither knows of vouchers
+// or of any internal/ package. What voucherUpdated follows, who may
+// follow it and in which order it sends is the door's (vouchers_stream.go).
 package graph
 
 import (
@@ -22,4 +24,7 @@ type Resolver struct {
 	services.Services
 	// Hub fans voucher changes out to voucherUpdated subscribers.
 	Hub *pubsub.Hub
+	// feeds is what voucherUpdated's subscriptions share; NewHandler sets
+	// it on its copy of the Resolver.
+	feeds *voucherFeeds
 }

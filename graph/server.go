@@ -23,6 +23,7 @@ import (
 	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/httpx"
 	"github.com/voucherd/voucherd/internal/metrics"
+	"github.com/voucherd/voucherd/internal/paging"
 	"github.com/voucherd/voucherd/internal/ratelimit"
 )
 
@@ -130,11 +131,14 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	}
 	lim := newLimits(opts.RateLimit)
 	present := presentError(opts.Log)
+	// voucherUpdated's subscriptions follow the hub (vouchers_stream.go).
+	rr := *r
+	rr.feeds = &voucherFeeds{hub: r.Hub, vouchers: r.Vouchers, recheck: opts.Recheck, recent: &recentChecks{}}
 	// The engine renders each voucherUpdated change once per selection and
 	// prices connections by their page size (graph/engine).
 	es := engine.NewSchema(
-		generated.NewExecutableSchema(generated.Config{Resolvers: r, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
-		present, opts.Recheck)
+		generated.NewExecutableSchema(generated.Config{Resolvers: &rr, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
+		engine.Options{Present: present, DefaultPageSize: paging.DefaultPageSize, MaxPageSize: paging.MaxPageSize})
 	srv := handler.New(es)
 	// The websocket transport is graph/wstransport, not gqlgen's: an idle
 	// subscriber holds no goroutine and net/http keeps nothing of its
@@ -159,7 +163,11 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	})
 	// GET and POST are graph/engine's: a lean POST, and request errors
 	// answered as the GraphQL-over-HTTP spec says.
-	for _, t := range []graphql.Transport{ws, transport.Options{}, engine.Get{Metrics: opts.Metrics}, engine.Post{Metrics: opts.Metrics}} {
+	refusals := engine.Refusals{MalformedCode: string(apperr.ValidationFailed), Status: refusalStatus}
+	if opts.Metrics != nil {
+		refusals.Rejected = opts.Metrics.Rejected
+	}
+	for _, t := range []graphql.Transport{ws, transport.Options{}, engine.Get{Refusals: refusals}, engine.Post{Refusals: refusals}} {
 		srv.AddTransport(guardedTransport{Transport: t, lim: lim})
 	}
 	cache := lru.New[*ast.QueryDocument](1000)

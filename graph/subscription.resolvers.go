@@ -9,14 +9,13 @@ import (
 	"context"
 
 	"github.com/voucherd/voucherd/ent"
-	"github.com/voucherd/voucherd/graph/engine"
 	"github.com/voucherd/voucherd/graph/generated"
 	"github.com/voucherd/voucherd/internal/voucher"
 )
 
 // VoucherUpdated is the resolver for the voucherUpdated field.
 func (r *subscriptionResolver) VoucherUpdated(ctx context.Context, id *string, sessionID *string, businessID *string) (<-chan *ent.Voucher, error) {
-	return engine.SubscribeVouchers(ctx, r.Hub, r.Vouchers, voucher.WatchInput{ID: id, SessionID: sessionID, BusinessID: businessID})
+	return r.feeds.subscribe(ctx, voucher.WatchInput{ID: id, SessionID: sessionID, BusinessID: businessID})
 }
 
 // Subscription returns generated.SubscriptionResolver implementation.

@@ -30,7 +30,7 @@ func (c *countingSchema) Complexity(ctx context.Context, typeName, field string,
 // variables, and on every request when it can: a connection's page size
 // or a list of ids given as variables must never be served from the memo.
 func TestComplexityMemoOnlyKeepsCostsWithoutVariables(t *testing.T) {
-	es := &countingSchema{ExecutableSchema: NewSchema(generated.NewExecutableSchema(generated.Config{}), nil, 0)}
+	es := &countingSchema{ExecutableSchema: NewSchema(generated.NewExecutableSchema(generated.Config{}), Options{DefaultPageSize: 20, MaxPageSize: 100})}
 	limit := NewComplexityLimit(300)
 	if err := limit.Validate(es); err != nil {
 		t.Fatal(err)

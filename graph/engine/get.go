@@ -3,29 +3,44 @@ package engine
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/gqlerror"
-
-	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/metrics"
 )
 
 // Get serves GraphQL over GET (queries only) as the GraphQL-over-HTTP spec
 // says: parameters query, operationName, variables and extensions in the
 // URL; a mutation is 405 with Allow: POST (a link or a prefetch must never
-// change anything; the door refuses it with an apperr.MethodNotAllowed,
-// which WriteRequestErrors turns into the 405). It replaces gqlgen's
-// transport.GET, which answers 200 or 422 and writes "data": null on
-// request errors, which the spec's audit (graphql-http) flags.
+// change anything; the door refuses it with an error its Refusals.Status
+// turns into the 405). It replaces gqlgen's transport.GET, which answers
+// 200 or 422 and writes "data": null on request errors, which the spec's
+// audit (graphql-http) flags.
 type Get struct {
-	// Metrics counts documents refused before they ran (nil: none).
-	Metrics *metrics.GraphQL
+	Refusals
+}
+
+// Refusals are what the door says of requests that do not run: the code
+// of a request that is not GraphQL at all, the HTTP status its errors ask
+// for, and who counts them.
+type Refusals struct {
+	// MalformedCode is extensions.code of a request that is not a GraphQL
+	// request (no query, a body or parameter that is not JSON).
+	MalformedCode string
+	// Status returns the status a request error asks for (0: the spec's,
+	// see WriteRequestErrors) and sets any header that goes with it on h.
+	// Nil: every error takes the spec's.
+	Status func(err error, h http.Header) int
+	// Rejected counts a document refused before it ran (nil: not counted).
+	Rejected func()
+}
+
+func (f Refusals) rejected() {
+	if f.Rejected != nil {
+		f.Rejected()
+	}
 }
 
 var _ graphql.Transport = Get{}
@@ -41,7 +56,7 @@ func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	start := graphql.Now()
 	q, err := url.ParseQuery(r.URL.RawQuery)
 	if err != nil {
-		WriteMalformed(w, ct, "the query string is malformed")
+		t.WriteMalformed(w, ct, "the query string is malformed")
 		return
 	}
 	params := &graphql.RawParams{
@@ -50,7 +65,7 @@ func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 		Headers:       r.Header,
 	}
 	if params.Query == "" {
-		WriteMalformed(w, ct, "the request has no query parameter")
+		t.WriteMalformed(w, ct, "the request has no query parameter")
 		return
 	}
 	for _, p := range []struct {
@@ -61,7 +76,7 @@ func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 			dec := json.NewDecoder(strings.NewReader(v))
 			dec.UseNumber()
 			if err := dec.Decode(p.into); err != nil {
-				WriteMalformed(w, ct, "the "+p.name+" parameter is not a JSON object")
+				t.WriteMalformed(w, ct, "the "+p.name+" parameter is not a JSON object")
 				return
 			}
 		}
@@ -69,8 +84,8 @@ func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 	params.ReadTime = graphql.TraceTiming{Start: start, End: graphql.Now()}
 	rc, errs := exec.CreateOperationContext(r.Context(), params)
 	if errs != nil {
-		t.Metrics.Rejected()
-		WriteRequestErrors(w, r, exec, rc, errs, ct)
+		t.rejected()
+		t.WriteRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(r.Context(), rc)
@@ -85,10 +100,10 @@ func (t Get) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecut
 // WriteMalformed answers a request that is not a GraphQL request at all
 // (no query, a body or parameter that is not JSON): 400 under either media
 // type, {"errors": [...]} without data.
-func WriteMalformed(w http.ResponseWriter, ct []string, msg string) {
+func (f Refusals) WriteMalformed(w http.ResponseWriter, ct []string, msg string) {
 	w.Header()["Content-Type"] = ct
 	w.WriteHeader(http.StatusBadRequest)
-	writeErrorsBody(w, gqlerror.List{{Message: msg, Extensions: map[string]any{"code": string(apperr.ValidationFailed)}}}, nil)
+	writeErrorsBody(w, gqlerror.List{{Message: msg, Extensions: map[string]any{"code": f.MalformedCode}}}, nil)
 }
 
 // WriteRequestErrors answers a GraphQL request that could not start
@@ -96,24 +111,18 @@ func WriteMalformed(w http.ResponseWriter, ct []string, msg string) {
 // a limit, an operation on the wrong transport): the errors without a data
 // entry, with 400 under application/graphql-response+json and 200 under
 // application/json (the spec's rule for legacy clients that look only at
-// the body), except 405 and Allow: POST for a mutation over GET whatever
-// the media type.
-func WriteRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor, rc *graphql.OperationContext, errs gqlerror.List, ct []string) {
+// the body), except where f.Status asks for another (405 and Allow: POST
+// for a mutation over GET, whatever the media type; the last error asking
+// wins).
+func (f Refusals) WriteRequestErrors(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecutor, rc *graphql.OperationContext, errs gqlerror.List, ct []string) {
 	status := http.StatusOK
 	if ct[0] == contentTypeGraphQLResponse[0] {
 		status = http.StatusBadRequest
 	}
-	for _, e := range errs {
-		var ae *apperr.Error
-		if errors.As(e, &ae) && ae.Code == apperr.MethodNotAllowed {
-			status = http.StatusMethodNotAllowed
-			w.Header().Set("Allow", http.MethodPost)
-		}
-		if errors.As(e, &ae) && ae.Code == apperr.RateLimit {
-			// A refused document past its caller's budget (the door's rate limits).
-			status = http.StatusTooManyRequests
-			if ae.RetryAfterSeconds > 0 {
-				w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds))
+	if f.Status != nil {
+		for _, e := range errs {
+			if s := f.Status(e, w.Header()); s != 0 {
+				status = s
 			}
 		}
 	}

@@ -6,17 +6,19 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/99designs/gqlgen/graphql"
-
-	"github.com/voucherd/voucherd/internal/httpx"
 )
 
-// decodeParams reads what CheckJSON accepted as encoding/json does, or
-// declines: never a different request.
+// decodeParams reads what the door's JSON check accepted as encoding/json
+// does, or declines: never a different request. The check here is weaker
+// than the door's (httpx.CheckJSON also refuses NULs, unpaired surrogate
+// escapes, repeated keys and deep nesting), so decodeParams is held to
+// more bodies than it is given.
 func checkDecodeParams(t *testing.T, body []byte) (fast bool) {
 	t.Helper()
-	if httpx.CheckJSON(body) != nil {
+	if !json.Valid(body) || !utf8.Valid(body) {
 		return false
 	}
 	var want graphql.RawParams

@@ -10,8 +10,6 @@ import (
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/99designs/gqlgen/graphql/handler/transport"
-
-	"github.com/voucherd/voucherd/internal/metrics"
 )
 
 // Post serves GraphQL over POST with a JSON body. It is gqlgen's
@@ -24,11 +22,10 @@ import (
 // holds only data as {"data":...} around the bytes the executor produced
 // (gqlgen passes them through json.Marshal, which validates, compacts and
 // copies them once more). A request that cannot run is answered as the
-// GraphQL-over-HTTP spec says (WriteRequestErrors, WriteMalformed).
+// GraphQL-over-HTTP spec says (Refusals.WriteRequestErrors, WriteMalformed).
 type Post struct {
-	// Metrics counts documents refused before they ran (nil: none).
-	Metrics *metrics.GraphQL
-	gqlgen  transport.POST // only its Supports: a POST with a JSON body
+	Refusals
+	gqlgen transport.POST // only its Supports: a POST with a JSON body
 }
 
 var _ graphql.Transport = Post{}
@@ -48,7 +45,7 @@ func (t Post) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecu
 	ct := ResponseType(r.Header.Get("Accept"))
 	body, ok := r.Body.(*readBody)
 	if !ok {
-		WriteMalformed(w, ct, "the request has no body: POST a JSON object with query, variables, operationName")
+		t.WriteMalformed(w, ct, "the request has no body: POST a JSON object with query, variables, operationName")
 		return
 	}
 	start := graphql.Now()
@@ -57,12 +54,12 @@ func (t Post) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecu
 		dec := json.NewDecoder(bytes.NewReader(body.b))
 		dec.UseNumber()
 		if err := dec.Decode(params); err != nil {
-			WriteMalformed(w, ct, NotGraphQLRequest)
+			t.WriteMalformed(w, ct, NotGraphQLRequest)
 			return
 		}
 	}
 	if params.Query == "" {
-		WriteMalformed(w, ct, "the request has no query")
+		t.WriteMalformed(w, ct, "the request has no query")
 		return
 	}
 	params.Headers = r.Header
@@ -70,8 +67,8 @@ func (t Post) Do(w http.ResponseWriter, r *http.Request, exec graphql.GraphExecu
 	ctx := r.Context()
 	rc, errs := exec.CreateOperationContext(ctx, params)
 	if errs != nil {
-		t.Metrics.Rejected()
-		WriteRequestErrors(w, r, exec, rc, errs, ct)
+		t.rejected()
+		t.WriteRequestErrors(w, r, exec, rc, errs, ct)
 		return
 	}
 	responses, ctx := exec.DispatchOperation(ctx, rc)

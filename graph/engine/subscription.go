@@ -5,67 +5,59 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 	"unique"
 
 	"github.com/99designs/gqlgen/graphql"
 	"github.com/vektah/gqlparser/v2/ast"
 
-	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/graph/wstransport"
-	"github.com/voucherd/voucherd/internal/apperr"
-	"github.com/voucherd/voucherd/internal/auth"
-	"github.com/voucherd/voucherd/internal/paging"
-	"github.com/voucherd/voucherd/internal/pubsub"
-	"github.com/voucherd/voucherd/internal/voucher"
 )
 
 // Schema wraps the generated schema for two things gqlgen does not do:
 //
 //   - Rendering a change once. gqlgen resolves and serializes every
-//     subscription event per subscriber. For voucherUpdated the wrapper
-//     takes the per-event response loop over: each subscriber computes a
-//     fingerprint of its selection set once, and for each event asks the
-//     shared pubsub.Event for the bytes rendered under that fingerprint.
-//     The first subscriber to get there runs gqlgen's generated code (see
-//     subRun.produce); every other subscriber with the same selection
-//     reuses those bytes. Voucher fields do not depend on who is asking
-//     (visibility is decided per subscription, not per field), which is
-//     what makes sharing safe.
+//     subscription event per subscriber. For a subscription field whose
+//     resolver starts it with Subscribe, the wrapper takes the per-event
+//     response loop over: each subscriber computes a fingerprint of its
+//     selection set once, and for each event asks the event's Shared for
+//     the bytes rendered under that fingerprint. The first subscriber to
+//     get there runs gqlgen's generated code (see subRun.produce); every
+//     other subscriber with the same selection reuses those bytes. This is
+//     safe when the field's value renders the same for every subscriber
+//     (what a subscriber may follow is decided per subscription, by the
+//     door's Stream, not per field).
 //   - Connection-aware complexity: a connection field costs its children
 //     times the page size it asks for, and nodes(ids:) the number of ids.
 type Schema struct {
 	graphql.ExecutableSchema
-	present graphql.ErrorPresenterFunc
-	// recheck bounds how long a subscriber keeps receiving after it lost
-	// the right to see what it follows (a membership deactivated):
-	// visibility is checked again before sending when the last check is
-	// older.
-	recheck time.Duration
-	// recent shares re-checks between subscriptions of one caller to one
-	// key: 5,000 dashboards of one user on one business need one query
-	// per interval, not 5,000 on the same event.
-	recent *recentChecks
+	opts Options
 	// exec is what rendering needs of the executor's operation contexts,
 	// the same for every operation: taken from the first subscription.
 	exec atomic.Pointer[execSettings]
 	// renderers keeps, per shareable selection (fingerprint handle), a
 	// *sync.Pool of *renderer: gqlgen's generated code run once and fed
-	// one event per rendering.
+	// one value per rendering.
 	renderers      sync.Map
 	rendererShapes atomic.Int64
 }
 
-// NewSchema wraps es, the generated executable schema. present turns a
-// subscription's failure into the error it sends (the door's error
-// presenter); recheck is how often a subscription checks again, before
-// sending, that its caller may still follow what it follows.
-func NewSchema(es graphql.ExecutableSchema, present graphql.ErrorPresenterFunc, recheck time.Duration) *Schema {
-	return &Schema{ExecutableSchema: es, present: present, recheck: recheck, recent: &recentChecks{}}
+// Options are what the door tells the engine's Schema.
+type Options struct {
+	// Present turns a subscription's failure into the error it sends (the
+	// door's error presenter).
+	Present graphql.ErrorPresenterFunc
+	// DefaultPageSize and MaxPageSize price a connection field: its
+	// children times the page it asks for (first or last, at most
+	// MaxPageSize), DefaultPageSize when it asks for none.
+	DefaultPageSize, MaxPageSize int
+}
+
+// NewSchema wraps es, the generated executable schema.
+func NewSchema(es graphql.ExecutableSchema, opts Options) *Schema {
+	return &Schema{ExecutableSchema: es, opts: opts}
 }
 
 // execSettings are the executor's parts of an OperationContext.
@@ -73,9 +65,9 @@ type execSettings struct {
 	disableIntrospection bool
 	recoverFunc          graphql.RecoverFunc
 	// fields is the executor's field middleware, except around the root
-	// field: rendering resolves voucherUpdated again only to hand the
-	// generated code the event (see renderKey), and the middleware (rate
-	// limits' subscription slot, for one) has run once, at subscribe.
+	// field: rendering resolves the subscription field again only to hand
+	// the generated code the value (see renderKey), and the middleware
+	// (rate limits' subscription slot, for one) has run once, at subscribe.
 	fields graphql.FieldMiddleware
 	root   graphql.RootFieldMiddleware
 }
@@ -95,77 +87,65 @@ func newExecSettings(oc *graphql.OperationContext) *execSettings {
 	}
 }
 
-// runKey carries the *subRun a subscribe fills in; renderKey carries the
-// *ent.Voucher a rendering hands to the generated code, or the channel a
-// renderer feeds it through.
-type (
-	runKey    struct{}
-	renderKey struct{}
-)
+// renderKey carries the value a rendering hands to the generated code, or
+// the channel a renderer feeds it through.
+type renderKey struct{}
 
-// recentChecks remembers when a caller was last found allowed to follow a
-// key. A check younger than half the re-check interval stands in for a new
-// one, so a subscriber keeps receiving at most 1.5 intervals after it lost
-// the right (instead of 1).
-type recentChecks struct {
-	mu     sync.Mutex
-	at     map[string]time.Time
-	pruned time.Time
+// runCtx is the context a subscribe runs the generated code under: the
+// resolver's Subscribe finds it (Value(runKey{})) and leaves its run
+// there. It stands where context.WithValue's context would, so it costs
+// no allocation of its own.
+type runCtx struct {
+	context.Context
+	e   *Schema
+	run runner
 }
 
-func (c *recentChecks) fresh(key string, within time.Duration) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	t, ok := c.at[key]
-	return ok && time.Since(t) < within
+type runKey struct{}
+
+func (c *runCtx) Value(key any) any {
+	if _, ok := key.(runKey); ok {
+		return c
+	}
+	return c.Context.Value(key)
 }
 
-func (c *recentChecks) mark(key string, within time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := time.Now()
-	if c.at == nil {
-		c.at = map[string]time.Time{}
-	}
-	c.at[key] = now
-	if now.Sub(c.pruned) > within {
-		for k, t := range c.at {
-			if now.Sub(t) >= within {
-				delete(c.at, k)
-			}
-		}
-		c.pruned = now
-	}
+// runner is what Exec needs of a subscription Subscribe started.
+type runner interface {
+	common() *subCommon
+	notify(ready func())
+	next(ctx context.Context) *graphql.Response
 }
 
 // Exec implements graphql.ExecutableSchema.
 //
-// A voucherUpdated subscription runs the generated code once, to resolve
-// (subscribe) with gqlgen's argument handling, middleware and errors, and
-// then drops what gqlgen built for the operation: the executor's field
-// contexts and CollectFields cache, the OperationContext with its
-// variables and statistics. An idle subscription keeps its hub mailbox,
-// the parsed operation (shared with every subscriber of the same query
-// text through the query cache), its selection's fingerprint (interned)
-// and, only when its selection is not shareable, its variables. A
-// rendering borrows gqlgen's state from a pool shared by every subscription
-// of the same selection (see renderer), or, for a selection that is not
-// shareable, builds it afresh (produce).
+// A subscription started with Subscribe runs the generated code once, to
+// resolve (subscribe) with gqlgen's argument handling, middleware and
+// errors, and then drops what gqlgen built for the operation: the
+// executor's field contexts and CollectFields cache, the OperationContext
+// with its variables and statistics. An idle subscription keeps the door's
+// Stream, the parsed operation (shared with every subscriber of the same
+// query text through the query cache), its selection's fingerprint
+// (interned) and, only when its selection is not shareable, its variables.
+// A rendering borrows gqlgen's state from a pool shared by every
+// subscription of the same selection (see renderer), or, for a selection
+// that is not shareable, builds it afresh (produce).
 func (e *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	oc := graphql.GetOperationContext(ctx)
 	if oc == nil || oc.Operation == nil || oc.Operation.Operation != ast.Subscription {
 		return e.ExecutableSchema.Exec(ctx)
 	}
-	run := &subRun{e: e}
-	inner := e.ExecutableSchema.Exec(context.WithValue(ctx, runKey{}, run))
-	if run.sub == nil {
-		// The resolver failed (its error is already recorded) or this is
-		// not voucherUpdated.
+	rc := &runCtx{Context: ctx, e: e}
+	inner := e.ExecutableSchema.Exec(rc)
+	if rc.run == nil {
+		// The resolver failed (its error is already recorded) or did not
+		// start with Subscribe.
 		return inner
 	}
 	if e.exec.Load() == nil {
 		e.exec.CompareAndSwap(nil, newExecSettings(oc))
 	}
+	run := rc.run.common()
 	run.doc, run.op = oc.Doc, oc.Operation
 	if key := fingerprint(oc, e.Schema()); key != "" {
 		run.shape = unique.Make(key)
@@ -174,13 +154,13 @@ func (e *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 		run.vars = oc.Variables
 	}
 	// On the websocket transport the subscription holds no goroutine while
-	// it waits: the hub says when an event is queued, and the transport
+	// it waits: the stream says when an event is queued, and the transport
 	// then calls next, which takes it without waiting.
 	if ready := wstransport.ReadyFromContext(ctx); ready != nil {
 		run.lean = true
-		run.sub.Notify(ready)
+		rc.run.notify(ready)
 	}
-	return run.next
+	return rc.run.next
 }
 
 // Complexity implements graphql.ExecutableSchema. A cost read from the
@@ -193,10 +173,10 @@ func (e *Schema) Complexity(ctx context.Context, typeName, field string, child i
 	}
 	if fd != nil && strings.HasSuffix(fd.Type.Name(), "Connection") {
 		argsRead(ctx)
-		n := paging.DefaultPageSize
+		n := e.opts.DefaultPageSize
 		for _, k := range []string{"first", "last"} {
 			if v, ok := asInt(args[k]); ok && v > 0 {
-				n = min(v, paging.MaxPageSize)
+				n = min(v, e.opts.MaxPageSize)
 			}
 		}
 		return 1 + child*n, true
@@ -231,25 +211,92 @@ func asInt(v any) (int, bool) {
 	return 0, false
 }
 
-// subRun is one voucherUpdated subscription: its hub mailbox, what it has
-// sent, and what rendering needs. After Exec only the caller of next
+// Shared is one event as every subscriber receiving it sees it, holding
+// its renderings by key (a selection's fingerprint): of the subscribers
+// asking for key, Claim answers one first (it renders, and hands the
+// result to Publish exactly once, ok false when not to share) and the
+// others, after waiting for Publish, what it published. (pubsub.Event is
+// one.) No function crosses the interface: a closure passed through it
+// would be allocated per subscriber and event.
+type Shared interface {
+	Claim(key string) (data []byte, ok, first bool)
+	Publish(key string, data []byte, ok bool)
+}
+
+// Stream is one subscription's source of values, kept by the door: what
+// it follows, who may follow it and in which order its values go out are
+// the door's. After Subscribe only the engine calls it, one call at a
+// time.
+type Stream[V any] interface {
+	// Next returns the next value to send and the event it came in (whose
+	// renderings subscribers with the same selection share; nil renders
+	// it for this subscription alone). With wait false it never waits:
+	// ok is false when nothing is worth sending now. An error ends the
+	// subscription and is sent through Options.Present, unless ctx has
+	// ended (the client left).
+	Next(ctx context.Context, wait bool) (v V, ev Shared, ok bool, err error)
+	// Notify makes the stream call ready, without blocking, whenever Next
+	// has something to return (or the stream ended).
+	Notify(ready func())
+	// Close ends the stream; called once the operation ends.
+	Close()
+}
+
+// StreamOf is *S where *S is a Stream of V: the door's stream state S is
+// kept inside the engine's subscription, one allocation for both.
+type StreamOf[V, S any] interface {
+	*S
+	Stream[V]
+}
+
+// ErrNotWebsocket is what Subscribe answers a subscription that is not on
+// the websocket transport (or not run through Schema).
+var ErrNotWebsocket = errors.New("engine: subscriptions are served over the websocket transport")
+
+// Subscribe is the resolver of a subscription field whose values render
+// once per selection shape (see Schema). When a client subscribes, start
+// fills in the door's stream state (validating, checking the caller,
+// subscribing) and Subscribe returns a channel nothing reads: the engine
+// sends through the stream. When the engine renders a value, the
+// generated code resolves the field again and Subscribe hands it that
+// value. The stream is closed when the operation ends.
+func Subscribe[V, S any, P StreamOf[V, S]](ctx context.Context, start func(P) error) (<-chan V, error) {
+	switch x := ctx.Value(renderKey{}).(type) {
+	case chan V:
+		return x, nil
+	case V:
+		ch := make(chan V, 1)
+		ch <- x
+		return ch, nil
+	}
+	rc, _ := ctx.Value(runKey{}).(*runCtx)
+	if rc == nil || wstransport.ConnFromContext(ctx) == nil {
+		return nil, ErrNotWebsocket
+	}
+	run := &subRun[V, S, P]{subCommon: subCommon{e: rc.e}}
+	stream := P(&run.stream)
+	if err := start(stream); err != nil {
+		return nil, err
+	}
+	// The transport's hook, unlike context.AfterFunc, keeps nothing of ctx
+	// (the field and operation contexts under it) alive meanwhile.
+	if !wstransport.OnEnd(ctx, stream.Close) {
+		context.AfterFunc(ctx, stream.Close)
+	}
+	rc.run = run
+	var none chan V // the engine sends through the stream instead
+	return none, nil
+}
+
+// subCommon is what the engine keeps of one subscription besides the
+// door's stream: what rendering needs. After Exec only the caller of next
 // touches it, one call at a time (the websocket transport's worker, or a
 // goroutine waiting in next).
-type subRun struct {
+type subCommon struct {
 	e *Schema
-	// vouchers answers whether the caller may still follow what it follows.
-	vouchers Vouchers
-	sub      *pubsub.Subscription
-	// watch is what the subscription follows.
-	watch voucher.Watch
-	// lean: the transport calls next when the hub has queued something;
-	// next never waits.
+	// lean: the transport calls next when the stream has something; next
+	// never waits.
 	lean bool
-	last int
-	// checked is when visibility was last checked (monoNow).
-	checked int64
-	initial *pubsub.Event
-
 	// The operation, to render with: shared, read-only.
 	doc *ast.QueryDocument
 	op  *ast.OperationDefinition
@@ -259,120 +306,91 @@ type subRun struct {
 	vars  map[string]any
 }
 
+func (c *subCommon) common() *subCommon { return c }
+
+// subRun is one subscription: the engine's part and the door's stream.
+type subRun[V, S any, P StreamOf[V, S]] struct {
+	subCommon
+	stream S
+}
+
+func (run *subRun[V, S, P]) notify(ready func()) { P(&run.stream).Notify(ready) }
+
 // next is the subscription's response handler: it waits for the next
-// event worth sending and returns it rendered. Driven by the websocket
-// transport (lean) it never waits: it is called when the hub has queued
+// value worth sending and returns it rendered. Driven by the websocket
+// transport (lean) it never waits: it is called when the stream has
 // something, and returns the transport's idle response when that was not
 // worth sending.
-func (run *subRun) next(ctx context.Context) *graphql.Response {
+func (run *subRun[V, S, P]) next(ctx context.Context) *graphql.Response {
 	for {
-		ev := run.initial
-		if ev != nil {
-			run.initial = nil
-		} else {
-			var err error
-			if run.lean {
-				ev, err = run.sub.TryNext()
-			} else {
-				ev, err = run.sub.Next(ctx)
-			}
-			if err != nil {
-				run.fail(ctx, err)
-				return nil
-			}
-			if ev == nil {
-				return wstransport.IdleResponse(ctx) // nothing now; the hub calls back
-			}
-		}
-		v := ev.Voucher
-		if run.watch.Kind == pubsub.ByVoucher {
-			// Never an older version after a newer one; the same one only
-			// when re-sent after a possible loss.
-			if v.Version < run.last || (v.Version == run.last && !ev.Resync) {
-				continue
-			}
-			run.last = v.Version
-		}
-		if now := monoNow(); time.Duration(now-run.checked) > run.e.recheck {
-			if err := run.recheck(ctx); err != nil {
-				run.fail(ctx, err)
-				return nil
-			}
-			run.checked = monoNow()
-		}
-		return run.render(ctx, ev)
-	}
-}
-
-// recheck checks again that the caller may follow what it follows, unless
-// another subscription of the same caller to the same key just did.
-func (run *subRun) recheck(ctx context.Context) error {
-	recent, within := run.e.recent, run.e.recheck/2
-	var checkKey string
-	if recent != nil {
-		var caller string
-		if p := auth.FromContext(ctx); p != nil {
-			caller = p.ID
-		}
-		checkKey = strconv.Itoa(int(run.watch.Kind)) + "|" + run.watch.Key + "|" + caller
-		if recent.fresh(checkKey, within) {
+		v, ev, ok, err := P(&run.stream).Next(ctx, !run.lean)
+		if err != nil {
+			run.fail(ctx, err)
 			return nil
 		}
+		if ok {
+			return run.render(ctx, v, ev)
+		}
+		if run.lean {
+			return wstransport.IdleResponse(ctx) // nothing now; the stream calls back
+		}
 	}
-	// The query runs to its end even if the operation ends meanwhile (it
-	// is short): a query under the operation's context would give that
-	// context a Done channel and a children map, which an idle
-	// subscription would then carry for the rest of its life.
-	if err := run.vouchers.MayFollow(context.WithoutCancel(ctx), run.watch); err != nil {
-		return err
-	}
-	if recent != nil {
-		recent.mark(checkKey, within)
-	}
-	return nil
 }
 
-func (run *subRun) render(ctx context.Context, ev *pubsub.Event) *graphql.Response {
-	if run.shape == (unique.Handle[string]{}) {
-		return run.produce(ctx, ev.Voucher)
+func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql.Response {
+	if run.shape == (unique.Handle[string]{}) || ev == nil {
+		return run.produce(ctx, v)
 	}
-	var own *graphql.Response
-	data, ok := ev.Render(run.shape.Value(), func() ([]byte, bool) {
-		own = run.produce(ctx, ev.Voucher)
-		if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
-			return nil, false
-		}
-		// produce's buffer is its own: nothing writes to it again.
-		return own.Data, true
-	})
+	key := run.shape.Value()
+	data, ok, first := ev.Claim(key)
 	switch {
-	case own != nil:
-		return own
+	case first:
+		return run.renderShared(ctx, v, ev, key)
 	case ok:
 		return &graphql.Response{Data: data}
 	default:
-		return run.produce(ctx, ev.Voucher)
+		return run.produce(ctx, v)
 	}
+}
+
+// renderShared renders v for every subscriber of ev with this selection
+// and publishes the bytes; a rendering with errors is not shared, nor one
+// that panicked (the others then render for themselves).
+func (run *subRun[V, S, P]) renderShared(ctx context.Context, v V, ev Shared, key string) *graphql.Response {
+	published := false
+	defer func() {
+		if !published {
+			ev.Publish(key, nil, false)
+		}
+	}()
+	own := run.produce(ctx, v)
+	if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
+		return own
+	}
+	// produce's buffer is its own: nothing writes to it again.
+	ev.Publish(key, own.Data, true)
+	published = true
+	return own
 }
 
 // produce renders v for this subscription with gqlgen's generated code.
 // A shareable selection borrows a renderer of its shape (see renderer);
 // otherwise the generated executor runs from a fresh OperationContext with
-// the subscription's variables. Either way the generated code resolves
-// voucherUpdated again, this time handing it v (renderKey), and marshals
-// the selection; errors go to ctx's response context, as for any field.
-// Cancellation is left out: rendering does no I/O, and it would give
-// every rendered subscription's context a Done channel to keep.
-func (run *subRun) produce(ctx context.Context, v *ent.Voucher) *graphql.Response {
+// the subscription's variables. Either way the generated code resolves the
+// subscription field again, this time handing it v (renderKey), and
+// marshals the selection; errors go to ctx's response context, as for any
+// field. Cancellation is left out: rendering does no I/O, and it would
+// give every rendered subscription's context a Done channel to keep.
+func (run *subRun[V, S, P]) produce(ctx context.Context, v V) *graphql.Response {
 	ctx = context.WithoutCancel(ctx)
 	if run.shape != (unique.Handle[string]{}) {
 		pool := run.e.rendererPool(run.shape)
-		var r *renderer
+		var r *renderer[V]
 		if pool != nil {
-			r, _ = pool.Get().(*renderer)
+			r, _ = pool.Get().(*renderer[V])
 		}
 		if r == nil {
-			r = run.newRenderer(ctx)
+			r = newRenderer[V](ctx, &run.subCommon)
 		}
 		resp, ok := r.render(ctx, v)
 		if ok && pool != nil {
@@ -386,7 +404,7 @@ func (run *subRun) produce(ctx context.Context, v *ent.Voucher) *graphql.Respons
 
 // operation is the OperationContext rendering runs this subscription's
 // operation in.
-func (run *subRun) operation(vars map[string]any) *graphql.OperationContext {
+func (run *subCommon) operation(vars map[string]any) *graphql.OperationContext {
 	x := run.e.exec.Load()
 	return &graphql.OperationContext{
 		RawQuery:               "-", // not kept; nothing reads it
@@ -423,25 +441,27 @@ func (e *Schema) rendererPool(shape unique.Handle[string]) *sync.Pool {
 }
 
 // renderer is gqlgen's generated code for one shareable selection, run
-// once: Exec resolves voucherUpdated (which, seeing renderKey, returns the
-// renderer's feed) and returns the response handler that, per call, takes
-// the next voucher from the feed and marshals the selection. Exec's own
-// cost (an input-unmarshaler map of every input type, the root field's
-// collection and context, the resolver) was about half of a rendering
-// when every rendering ran it (profiled); now it is paid once per renderer,
-// and the operation's collected-fields cache serves every rendering. A
-// renderer serves one rendering at a time (the per-shape sync.Pool hands
-// out another to a concurrent one) and holds no subscription's state: the
-// selection renders the same bytes for every subscription of its shape,
-// which is what sharing rendered events already relies on.
-type renderer struct {
+// once: Exec resolves the subscription field (whose Subscribe, seeing
+// renderKey, returns the renderer's feed) and returns the response handler
+// that, per call, takes the next value from the feed and marshals the
+// selection. Exec's own cost (an input-unmarshaler map of every input
+// type, the root field's collection and context, the resolver) was about
+// half of a rendering when every rendering ran it (profiled); now it is
+// paid once per renderer, and the operation's collected-fields cache
+// serves every rendering. A renderer serves one rendering at a time (the
+// per-shape sync.Pool hands out another to a concurrent one) and holds no
+// subscription's state: the selection renders the same bytes for every
+// subscription of its shape, which is what sharing rendered events
+// already relies on. A shape is one selection of one field, so the
+// renderers in its pool all carry the same V.
+type renderer[V any] struct {
 	oc   *graphql.OperationContext
-	feed chan *ent.Voucher
+	feed chan V
 	next graphql.ResponseHandler
 }
 
-func (run *subRun) newRenderer(ctx context.Context) *renderer {
-	r := &renderer{oc: run.operation(nil), feed: make(chan *ent.Voucher, 1)}
+func newRenderer[V any](ctx context.Context, run *subCommon) *renderer[V] {
+	r := &renderer[V]{oc: run.operation(nil), feed: make(chan V, 1)}
 	ctx = graphql.WithOperationContext(context.WithValue(ctx, renderKey{}, r.feed), r.oc)
 	r.next = run.e.ExecutableSchema.Exec(ctx)
 	return r
@@ -449,7 +469,7 @@ func (run *subRun) newRenderer(ctx context.Context) *renderer {
 
 // render marshals v; ok says the renderer is fit to serve again (the
 // handler took v from the feed and answered).
-func (r *renderer) render(ctx context.Context, v *ent.Voucher) (*graphql.Response, bool) {
+func (r *renderer[V]) render(ctx context.Context, v V) (*graphql.Response, bool) {
 	r.feed <- v
 	resp := r.next(graphql.WithOperationContext(ctx, r.oc))
 	if len(r.feed) > 0 || resp == nil {
@@ -460,83 +480,14 @@ func (r *renderer) render(ctx context.Context, v *ent.Voucher) (*graphql.Respons
 	return resp, true
 }
 
-// monoNow is a monotonic clock reading in nanoseconds: a subscription's
-// last check in 8 bytes instead of a time.Time's 24.
-func monoNow() int64 { return int64(time.Since(monoOrigin)) }
-
-var monoOrigin = time.Now()
-
 // fail ends the subscription with err, which the transport sends as an
-// "error" message (extensions.code as everywhere else). An ended context
-// is the client leaving or the connection closing: nothing to say then.
-func (run *subRun) fail(ctx context.Context, err error) {
+// "error" message (presented by the door). An ended context is the client
+// leaving or the connection closing: nothing to say then.
+func (run *subCommon) fail(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return
 	}
-	switch {
-	case errors.Is(err, pubsub.ErrSlow):
-		err = apperr.New(apperr.LimitExceeded, "the subscription fell behind (too many unread changes); subscribe again")
-	case errors.Is(err, pubsub.ErrClosed):
-		err = apperr.New(apperr.Unavailable, "the server is shutting down; subscribe again")
-	}
-	wstransport.AddSubscriptionError(ctx, run.e.present(ctx, err))
-}
-
-// noVouchers is the stream the resolver returns to the generated code
-// when subscribing: the subscription sends through subRun, and renders
-// through a stream of its own (produce), so nothing reads this one.
-var noVouchers = make(chan *ent.Voucher)
-
-// Vouchers is what a voucherUpdated subscription asks of the voucher
-// domain (voucher.Service): may the caller start following, and the
-// current state (Watch); may it still follow (MayFollow).
-type Vouchers interface {
-	Watch(ctx context.Context, w voucher.Watch) (*ent.Voucher, error)
-	MayFollow(ctx context.Context, w voucher.Watch) error
-}
-
-// SubscribeVouchers is the voucherUpdated resolver: it starts a
-// subscription following what in names (validated by the domain), fed by
-// hub, or hands a rendering its voucher (the generated code resolves the
-// root field again for every rendering; see Schema.Exec).
-func SubscribeVouchers(ctx context.Context, hub *pubsub.Hub, vouchers Vouchers, in voucher.WatchInput) (<-chan *ent.Voucher, error) {
-	if feed, ok := ctx.Value(renderKey{}).(chan *ent.Voucher); ok {
-		return feed, nil
-	}
-	if v, ok := ctx.Value(renderKey{}).(*ent.Voucher); ok {
-		ch := make(chan *ent.Voucher, 1)
-		ch <- v
-		return ch, nil
-	}
-	run, _ := ctx.Value(runKey{}).(*subRun)
-	if run == nil || wstransport.ConnFromContext(ctx) == nil {
-		return nil, apperr.New(apperr.ValidationFailed, "subscriptions are served over a websocket on /graphql")
-	}
-	w, err := in.Validate()
-	if err != nil {
-		return nil, err
-	}
-	// Follow first, then read the current state: a change committed in
-	// between arrives too, and the version check drops what is not newer.
-	// The load runs to its end even if the operation ends meanwhile (see
-	// subRun.recheck).
-	sub := hub.Subscribe(w.Kind, w.Key)
-	v, err := vouchers.Watch(context.WithoutCancel(ctx), w)
-	if err != nil {
-		sub.Close()
-		return nil, err
-	}
-	if v != nil {
-		run.initial = &pubsub.Event{Voucher: v}
-	}
-	// The mailbox closes when the operation ends. The transport's hook,
-	// unlike context.AfterFunc, keeps nothing of ctx (the field and
-	// operation contexts under it) alive meanwhile.
-	if !wstransport.OnEnd(ctx, sub.Close) {
-		context.AfterFunc(ctx, sub.Close)
-	}
-	run.vouchers, run.sub, run.watch, run.checked = vouchers, sub, w, monoNow()
-	return noVouchers, nil
+	wstransport.AddSubscriptionError(ctx, run.e.opts.Present(ctx, err))
 }
 
 // fingerprint names what a subscription's selection renders to: the
@@ -568,6 +519,11 @@ type selectionWriter struct {
 
 func (w selectionWriter) write(set ast.SelectionSet, def *ast.Definition, root bool) bool {
 	b, doc, schema := w.b, w.doc, w.schema
+	if def.Kind != ast.Object {
+		// Under an interface or a union, which fragments apply depends on
+		// the value: not shareable.
+		return false
+	}
 	for _, sel := range set {
 		switch s := sel.(type) {
 		case *ast.Field:
@@ -617,7 +573,7 @@ func (w selectionWriter) write(set ast.SelectionSet, def *ast.Definition, root b
 }
 
 // applies reports whether a fragment on typeCondition applies to def (an
-// object type, as every type under Voucher is).
+// object type: write gives up on any other).
 func applies(def *ast.Definition, typeCondition string) bool {
 	if typeCondition == "" || typeCondition == def.Name {
 		return true

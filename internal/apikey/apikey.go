@@ -22,8 +22,6 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/voucherd/voucherd/ent"
 	entapikey "github.com/voucherd/voucherd/ent/apikey"
@@ -118,17 +116,7 @@ type CreateInput struct {
 func (in CreateInput) Validate() error {
 	var v apperr.Validator
 	if v.Check(in.Name != nil, "name", "is required") {
-		name := *in.Name
-		switch n := utf8.RuneCountInString(name); {
-		case !utf8.ValidString(name):
-			v.Add("name", "must be valid UTF-8")
-		case n < 1 || n > MaxNameLength:
-			v.Add("name", fmt.Sprintf("must be 1 to %d characters", MaxNameLength))
-		case strings.TrimSpace(name) == "":
-			v.Add("name", "must not be blank")
-		case strings.ContainsFunc(name, unicode.IsControl):
-			v.Add("name", "must not contain control characters")
-		}
+		v.Text("name", *in.Name, MaxNameLength)
 	}
 	if v.Check(len(in.Scopes) > 0, "scopes", "must name at least one scope") {
 		seen := map[string]bool{}

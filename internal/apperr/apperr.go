@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Code is a public, stable error code. Its string is what clients see in
@@ -180,6 +182,22 @@ func (v *Validator) Check(ok bool, field, reason string) bool {
 		v.Add(field, reason)
 	}
 	return ok
+}
+
+// Text checks a short text a person reads (a name, a reference): valid
+// UTF-8, 1 to max characters (runes, as a person counts them), something
+// besides spaces, no control characters. It records the first problem.
+func (v *Validator) Text(field, s string, max int) {
+	switch n := utf8.RuneCountInString(s); {
+	case !utf8.ValidString(s):
+		v.Add(field, "must be valid UTF-8")
+	case n < 1 || n > max:
+		v.Add(field, fmt.Sprintf("must be 1 to %d characters", max))
+	case strings.TrimSpace(s) == "":
+		v.Add(field, "must not be blank")
+	case strings.ContainsFunc(s, unicode.IsControl):
+		v.Add(field, "must not contain control characters")
+	}
 }
 
 // Failed reports whether any problem was recorded.

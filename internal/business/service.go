@@ -4,7 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/voucherd/voucherd/ent"
@@ -406,19 +405,7 @@ func errAlreadyMember() error {
 // checkName applies the spec's 1 to 128 characters (counted in runes, as a
 // person counts them). A name must be valid UTF-8, hold something besides
 // spaces and have no control characters: it is shown on dashboards.
-func checkName(v *apperr.Validator, name string) {
-	n := utf8.RuneCountInString(name)
-	switch {
-	case !utf8.ValidString(name):
-		v.Add("name", "must be valid UTF-8")
-	case n < NameMinRunes || n > NameMaxRunes:
-		v.Add("name", "must be 1 to 128 characters")
-	case strings.TrimSpace(name) == "":
-		v.Add("name", "must not be blank")
-	case strings.ContainsFunc(name, unicode.IsControl):
-		v.Add("name", "must not contain control characters")
-	}
-}
+func checkName(v *apperr.Validator, name string) { v.Text("name", name, NameMaxRunes) }
 
 // normalizeEmail matches identity's sign-up rule: emails are stored trimmed
 // and lower-cased.

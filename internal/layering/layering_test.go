@@ -18,6 +18,33 @@ const module = "github.com/voucherd/voucherd"
 // subpackages (graph/wstransport, rest/openapi) belong to it.
 var doors = []string{"graph", "rest", "checkoutpage"}
 
+// engines are the door's execution machinery that replaces parts of
+// gqlgen (docs/architecture.md, "The engine next to the door"): generic
+// GraphQL execution, parameterised by what the door passes in. They
+// depend on no package of the service: nothing under internal/, not the
+// data model (ent), not the door itself; their tests import nothing
+// under internal/ (they may drive the generated schema).
+var engines = []string{"graph/engine", "graph/wstransport"}
+
+func engineOf(path string) string {
+	for _, e := range engines {
+		if under(path, e) {
+			return e
+		}
+	}
+	return ""
+}
+
+// serviceCode reports whether path, one of the module's packages (mine),
+// is the service's own code outside the engines: what an engine must not
+// depend on. (The standard library's internal/ packages are not mine.)
+func serviceCode(mine map[string]bool, path string) bool {
+	if !mine[path] || engineOf(path) != "" {
+		return false
+	}
+	return under(path, "internal") || under(path, "ent") || doorOf(path) != ""
+}
+
 // httpAllowed are the internal/ packages that may import net/http (or
 // net/http/...), each with the reason. Every other internal/ package is
 // domain or plumbing that a door calls with plain Go values. An entry whose
@@ -114,6 +141,10 @@ func isHTTP(path string) bool { return under(path, "net/http") }
 
 func TestLayering(t *testing.T) {
 	pkgs := list(t)
+	mine := map[string]bool{}
+	for _, p := range pkgs {
+		mine[p.ImportPath] = true
+	}
 	seen := map[string]bool{}
 	usesHTTP := map[string]bool{}
 	for _, p := range pkgs {
@@ -131,6 +162,21 @@ func TestLayering(t *testing.T) {
 			for _, d := range deps {
 				if other := doorOf(d); other != "" && other != door {
 					t.Errorf("%s (door %s) depends on %s (door %s): doors meet only in internal/", p.ImportPath, door, d, other)
+				}
+			}
+		}
+		if engine := engineOf(p.ImportPath); engine != "" {
+			if p.test {
+				for _, d := range p.Imports {
+					if mine[d] && under(d, "internal") {
+						t.Errorf("%s (its tests) imports %s: the engine's tests stand without internal/ packages", p.ImportPath, d)
+					}
+				}
+			} else {
+				for _, d := range p.Deps {
+					if serviceCode(mine, d) {
+						t.Errorf("%s depends on %s: the engine is generic; what is about the service lives in the door (graph), which passes it in", p.ImportPath, d)
+					}
 				}
 			}
 		}

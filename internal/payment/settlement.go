@@ -26,8 +26,9 @@ const (
 // subscribers. internal/settlement owns every rule that moves it.
 //
 // The fields after Transactions are the watcher's bookkeeping: stored with
-// the rest, never shown (the REST view and the GraphQL type name only the
-// public fields).
+// the rest, never shown (the REST view, view.SettlementOf, leaves them
+// empty, and they are omitted when empty; the GraphQL type names only the
+// public fields). A field added there must be omitempty too.
 type Settlement struct {
 	Status                string                  `json:"status"`
 	Verified              bool                    `json:"verified"`

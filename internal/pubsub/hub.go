@@ -311,7 +311,7 @@ func (h *Hub) deliverTo(ev *Event, buf []*Subscription) []*Subscription {
 }
 
 // Event is one voucher state to send. All subscribers receiving it share
-// the same loaded voucher and the same rendered bytes (see Render).
+// the same loaded voucher and the same rendered bytes (see Claim).
 type Event struct {
 	Voucher *ent.Voucher
 	// Resync marks a re-send after possible loss: its version may equal
@@ -324,16 +324,38 @@ type Event struct {
 
 type rendering struct {
 	key  string
-	once sync.Once
+	done sync.WaitGroup // Publish is done
 	data []byte
 	ok   bool
 }
 
-// Render returns the event rendered for key (a selection-set fingerprint),
-// calling render at most once per key for all subscribers of this event; the
-// others wait for that one result. ok is false when render declined to
-// share its result (each caller then renders for itself).
-func (e *Event) Render(key string, render func() ([]byte, bool)) ([]byte, bool) {
+// Claim returns the event's rendering for key (a selection-set
+// fingerprint). Of all the event's subscribers asking for key, the first
+// gets first = true: it renders the event and hands the result to Publish.
+// Every other waits for that and gets data and ok; ok is false when the
+// first declined to share (each caller then renders for itself). Claim and
+// Publish take no function, so a caller behind an interface (graph/engine)
+// allocates nothing to ask.
+func (e *Event) Claim(key string) (data []byte, ok, first bool) {
+	e.mu.Lock()
+	for _, r := range e.renders {
+		if r.key == key {
+			e.mu.Unlock()
+			r.done.Wait()
+			return r.data, r.ok, false
+		}
+	}
+	r := &rendering{key: key}
+	r.done.Add(1)
+	e.renders = append(e.renders, r)
+	e.mu.Unlock()
+	return nil, false, true
+}
+
+// Publish hands the rendering for key to the subscribers waiting in Claim.
+// The caller Claim answered first must call it exactly once, with ok false
+// when it does not share (it failed, or it panicked).
+func (e *Event) Publish(key string, data []byte, ok bool) {
 	e.mu.Lock()
 	var r *rendering
 	for _, x := range e.renders {
@@ -342,13 +364,12 @@ func (e *Event) Render(key string, render func() ([]byte, bool)) ([]byte, bool) 
 			break
 		}
 	}
-	if r == nil {
-		r = &rendering{key: key}
-		e.renders = append(e.renders, r)
-	}
 	e.mu.Unlock()
-	r.once.Do(func() { r.data, r.ok = render() })
-	return r.data, r.ok
+	if r == nil {
+		return
+	}
+	r.data, r.ok = data, ok
+	r.done.Done()
 }
 
 // Subscription is one subscriber's mailbox. It holds no goroutine: the hub

@@ -40,7 +40,7 @@ type Voucher struct {
 	PayeeInfo       json.RawMessage         `json:"payeeInfo,omitempty"`
 	Receipts        []payment.Receipt       `json:"receipts,omitzero"`
 	DiscardReason   *string                 `json:"discardReason,omitempty"`
-	Settlement      *Settlement             `json:"settlement,omitempty"`
+	Settlement      *payment.Settlement     `json:"settlement,omitempty"`
 	// Deposit is a checkout's deposit address (networks with a deposit
 	// factory).
 	Deposit *Deposit `json:"deposit,omitempty"`
@@ -88,7 +88,7 @@ func OfVoucher(v *ent.Voucher) *Voucher {
 	if len(v.PayeeInfo) > 0 && string(v.PayeeInfo) != "null" {
 		out.PayeeInfo = v.PayeeInfo
 	}
-	out.Settlement = settlementView(v.Settlement)
+	out.Settlement = SettlementOf(v)
 	out.Deposit = DepositOf(v)
 	return out
 }
@@ -98,14 +98,9 @@ func OfVoucher(v *ent.Voucher) *Voucher {
 type Deposit struct {
 	Address       string `json:"address"`
 	PayoutAddress string `json:"payoutAddress"`
-	Sweep         Sweep  `json:"sweep"`
-}
-
-// Sweep is a deposit address's sweep on REST.
-type Sweep struct {
-	Status          string `json:"status"`
-	TransactionHash string `json:"transactionHash,omitempty"`
-	Amount          string `json:"amount,omitempty"`
+	// Sweep is payment.Sweep without its bookkeeping (attempts, swept,
+	// inFlight, target: left empty, so omitted).
+	Sweep payment.Sweep `json:"sweep"`
 }
 
 // DepositOf is v's deposit as REST shows it (nil for a voucher without
@@ -117,54 +112,27 @@ func DepositOf(v *ent.Voucher) *Deposit {
 	}
 	return &Deposit{
 		Address: d.Address, PayoutAddress: d.PayoutAddress,
-		Sweep: Sweep{Status: d.Sweep.Status, TransactionHash: d.Sweep.TransactionHash, Amount: d.Sweep.Amount},
+		Sweep: payment.Sweep{Status: d.Sweep.Status, TransactionHash: d.Sweep.TransactionHash, Amount: d.Sweep.Amount},
 	}
 }
 
-// Settlement is the REST view of a voucher's settlement: the fields
-// docs/settlement.md names, without the watcher's bookkeeping.
-type Settlement struct {
-	Status                string                  `json:"status"`
-	Verified              bool                    `json:"verified"`
-	RequiredConfirmations int                     `json:"requiredConfirmations"`
-	Confirmations         int                     `json:"confirmations"`
-	PaidAmount            string                  `json:"paidAmount,omitempty"`
-	Currency              string                  `json:"currency,omitempty"`
-	Transactions          []SettlementTransaction `json:"transactions"`
-}
-
-// SettlementTransaction is one settlement transaction on REST.
-type SettlementTransaction struct {
-	TransactionHash string `json:"transactionHash"`
-	Status          string `json:"status"`
-	Reason          string `json:"reason,omitempty"`
-	BlockNumber     *int64 `json:"blockNumber,omitempty"`
-	Confirmations   int    `json:"confirmations"`
-	Amount          string `json:"amount,omitempty"`
-	// Detected: found by the watcher paying the deposit address or
-	// naming the Solana Pay reference, no receipt named it. Late: mined after the voucher's expiresAt.
-	Detected bool `json:"detected,omitempty"`
-	Late     bool `json:"late,omitempty"`
-}
-
-// SettlementOf is v's settlement as REST shows it (nil before resolve).
-func SettlementOf(v *ent.Voucher) *Settlement { return settlementView(v.Settlement) }
-
-func settlementView(s *payment.Settlement) *Settlement {
+// SettlementOf is v's settlement as REST shows it (nil before resolve):
+// payment.Settlement, the fields docs/settlement.md names, with the
+// watcher's bookkeeping (network, deadline, events; a transaction's block
+// hash) left empty, so omitted.
+func SettlementOf(v *ent.Voucher) *payment.Settlement {
+	s := v.Settlement
 	if s == nil {
 		return nil
 	}
-	out := &Settlement{
+	out := &payment.Settlement{
 		Status: s.Status, Verified: s.Verified, RequiredConfirmations: s.RequiredConfirmations,
 		Confirmations: s.Confirmations, PaidAmount: s.PaidAmount, Currency: s.Currency,
-		Transactions: make([]SettlementTransaction, len(s.Transactions)),
+		Transactions: make([]payment.SettlementTransaction, len(s.Transactions)),
 	}
 	for i, t := range s.Transactions {
-		out.Transactions[i] = SettlementTransaction{
-			TransactionHash: t.TransactionHash, Status: t.Status, Reason: t.Reason,
-			BlockNumber: t.BlockNumber, Confirmations: t.Confirmations, Amount: t.Amount,
-			Detected: t.Detected, Late: t.Late,
-		}
+		t.BlockHash = ""
+		out.Transactions[i] = t
 	}
 	return out
 }

@@ -103,17 +103,17 @@ type PublicCheckout struct {
 	BusinessName string `json:"businessName"`
 	Amount       string `json:"amount"`
 	// AmountAtomic is Amount in the token's smallest unit (wei, lamports).
-	AmountAtomic    string      `json:"amountAtomic"`
-	Currency        string      `json:"currency"`
-	CurrencyAddress string      `json:"currencyAddress"`
-	Decimals        int32       `json:"decimals"`
-	Native          bool        `json:"native"`
-	Network         string      `json:"network"`
-	NetworkType     string      `json:"networkType"`
-	ChainID         string      `json:"chainId"`
-	PayeeAddress    string      `json:"payeeAddress"`
-	Status          string      `json:"status"`
-	Settlement      *Settlement `json:"settlement"`
+	AmountAtomic    string              `json:"amountAtomic"`
+	Currency        string              `json:"currency"`
+	CurrencyAddress string              `json:"currencyAddress"`
+	Decimals        int32               `json:"decimals"`
+	Native          bool                `json:"native"`
+	Network         string              `json:"network"`
+	NetworkType     string              `json:"networkType"`
+	ChainID         string              `json:"chainId"`
+	PayeeAddress    string              `json:"payeeAddress"`
+	Status          string              `json:"status"`
+	Settlement      *payment.Settlement `json:"settlement"`
 	// Deposit is the checkout's deposit address, when it has one (it is
 	// PayeeAddress then).
 	Deposit *Deposit `json:"deposit,omitempty"`

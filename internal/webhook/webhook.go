@@ -334,6 +334,24 @@ func (s *Service) EndpointByID(ctx context.Context, id string) (*ent.WebhookEndp
 	return e, nil
 }
 
+// managedEndpoint is endpoint id of businessID for a manager of it
+// (business.Manager for op): not_found first, then business_inactive for
+// an INACTIVE business.
+func (s *Service) managedEndpoint(ctx context.Context, op *operation.Op, businessID, id string) (*ent.WebhookEndpoint, error) {
+	b, err := business.Manager(ctx, s.db.Client, op, businessID)
+	if err != nil {
+		return nil, err
+	}
+	e, err := s.endpoint(ctx, s.db.Client, businessID, id)
+	if err != nil {
+		return nil, err
+	}
+	if err := business.RequireActive(b); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
 func (s *Service) endpoint(ctx context.Context, c *ent.Client, businessID, id string) (*ent.WebhookEndpoint, error) {
 	e, err := c.WebhookEndpoint.Query().
 		Where(webhookendpoint.ID(id), webhookendpoint.BusinessID(businessID)).Only(ctx)
@@ -423,15 +441,8 @@ func cancelQueued(ctx context.Context, tx *ent.Tx, endpointID string, now time.T
 // DeleteEndpoint tombstones an endpoint: it disappears from every read and
 // receives nothing more, but its deliveries stay in the log.
 func (s *Service) DeleteEndpoint(ctx context.Context, businessID, id string) (*ent.WebhookEndpoint, error) {
-	b, err := business.Manager(ctx, s.db.Client, operation.DeleteEndpoint, businessID)
+	e, err := s.managedEndpoint(ctx, operation.DeleteEndpoint, businessID, id)
 	if err != nil {
-		return nil, err
-	}
-	e, err := s.endpoint(ctx, s.db.Client, businessID, id)
-	if err != nil {
-		return nil, err
-	}
-	if err := business.RequireActive(b); err != nil {
 		return nil, err
 	}
 	now := s.now().UTC()
@@ -460,15 +471,8 @@ func (s *Service) DeleteEndpoint(ctx context.Context, businessID, id string) (*e
 // previous secret keeps signing (a second signature in the header) for
 // RotationGrace; rotating again within the grace drops the oldest.
 func (s *Service) RotateSecret(ctx context.Context, businessID, id string) (*EndpointWithSecret, error) {
-	b, err := business.Manager(ctx, s.db.Client, operation.RotateSecret, businessID)
+	e, err := s.managedEndpoint(ctx, operation.RotateSecret, businessID, id)
 	if err != nil {
-		return nil, err
-	}
-	e, err := s.endpoint(ctx, s.db.Client, businessID, id)
-	if err != nil {
-		return nil, err
-	}
-	if err := business.RequireActive(b); err != nil {
 		return nil, err
 	}
 	secret, sealed, err := s.newSecret(id)

@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/ethereum/go-ethereum/common"
 
@@ -86,11 +84,7 @@ type Accepted struct {
 // Config returns the widget's public configuration. It answers for an
 // INACTIVE widget too (its status says so).
 func (s *Service) Config(ctx context.Context, id, clientSecret string) (*PublicConfig, error) {
-	w, err := s.authorize(ctx, id, clientSecret)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.businessOf(ctx, w)
+	w, b, err := s.authorizeWithBusiness(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -129,11 +123,7 @@ func CheckoutPath(token string) string { return "/checkout/" + token }
 // business, REDEEMED as SIMPLE with the widget's wallet for the network,
 // and a checkout token for its hosted page.
 func (s *Service) CreateCheckout(ctx context.Context, id, clientSecret string, in CheckoutInput) (*NewCheckout, error) {
-	w, err := s.authorize(ctx, id, clientSecret)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.businessOf(ctx, w)
+	w, b, err := s.authorizeWithBusiness(ctx, id, clientSecret)
 	if err != nil {
 		return nil, err
 	}
@@ -223,18 +213,7 @@ func DepositFor(factory, payout string) func(voucherID string) *payment.Deposit 
 	}
 }
 
-func checkReference(v *apperr.Validator, ref string) {
-	switch n := utf8.RuneCountInString(ref); {
-	case !utf8.ValidString(ref):
-		v.Add("reference", "must be valid UTF-8")
-	case n < 1 || n > MaxReferenceLength:
-		v.Add("reference", fmt.Sprintf("must be 1 to %d characters", MaxReferenceLength))
-	case strings.TrimSpace(ref) == "":
-		v.Add("reference", "must not be blank")
-	case strings.ContainsFunc(ref, unicode.IsControl):
-		v.Add("reference", "must not contain control characters")
-	}
-}
+func checkReference(v *apperr.Validator, ref string) { v.Text("reference", ref, MaxReferenceLength) }
 
 // Page statuses: the hosted page's root data-status (docs/widgets.md).
 const (

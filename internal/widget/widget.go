@@ -18,8 +18,6 @@ import (
 	"log/slog"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/voucherd/voucherd/ent"
 	entbusiness "github.com/voucherd/voucherd/ent/business"
@@ -111,18 +109,7 @@ type UpdateInput struct {
 }
 
 // checkName is the business name rule at the widget's bound.
-func checkName(v *apperr.Validator, name string) {
-	switch n := utf8.RuneCountInString(name); {
-	case !utf8.ValidString(name):
-		v.Add("name", "must be valid UTF-8")
-	case n < 1 || n > MaxNameLength:
-		v.Add("name", fmt.Sprintf("must be 1 to %d characters", MaxNameLength))
-	case strings.TrimSpace(name) == "":
-		v.Add("name", "must not be blank")
-	case strings.ContainsFunc(name, unicode.IsControl):
-		v.Add("name", "must not contain control characters")
-	}
-}
+func checkName(v *apperr.Validator, name string) { v.Text("name", name, MaxNameLength) }
 
 func checkStatus(v *apperr.Validator, st *entwidget.Status) {
 	if st != nil && entwidget.StatusValidator(*st) != nil {
@@ -473,11 +460,16 @@ func (s *Service) Delete(ctx context.Context, businessID, id string) (string, er
 	return id, nil
 }
 
-// businessOf loads a widget's business (for its name and status).
-func (s *Service) businessOf(ctx context.Context, w *ent.Widget) (*ent.Business, error) {
+// authorizeWithBusiness is authorize, and the widget's business (for its
+// name and status): what the public routes start with.
+func (s *Service) authorizeWithBusiness(ctx context.Context, id, clientSecret string) (*ent.Widget, *ent.Business, error) {
+	w, err := s.authorize(ctx, id, clientSecret)
+	if err != nil {
+		return nil, nil, err
+	}
 	b, err := s.db.Business.Query().Where(entbusiness.ID(w.BusinessID)).Only(ctx)
 	if err != nil {
-		return nil, apperr.InternalError(err)
+		return nil, nil, apperr.InternalError(err)
 	}
-	return b, nil
+	return w, b, nil
 }
