@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make run: the dev chain (cmd/devchain, go-ethereum's simulated chain over
-# JSON-RPC on 127.0.0.1:8545) and the service on the embedded database,
+# make run: the dev chain (`voucherd devchain`, go-ethereum's simulated chain
+# over JSON-RPC on 127.0.0.1:8545, in the binary make run builds with -tags
+# devchain) and the service on the embedded database,
 # wired to it by dev/finance.json. Ctrl-C stops both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,7 +12,7 @@ export VOUCHER_FINANCE_FILE="${VOUCHER_FINANCE_FILE:-dev/finance.json}"
 # deposit address to the widget's wallet with it.
 export VOUCHER_SWEEP_KEY="${VOUCHER_SWEEP_KEY:-0x2a871d0798f97d79848a013d4936a73bf4cc922c825d33c1cf7073dff6d409c6}"
 
-./bin/devchain -addr "$DEVCHAIN_ADDR" &
+./bin/voucherd devchain -addr "$DEVCHAIN_ADDR" &
 chain_pid=$!
 trap 'kill "$chain_pid" 2>/dev/null; wait "$chain_pid" 2>/dev/null || true' EXIT INT TERM
 

@@ -19,13 +19,23 @@ import (
 	"github.com/voucherd/voucherd/internal/config"
 )
 
+// subcommands are voucherd's other jobs, by their first argument; with no
+// subcommand it serves.
+var subcommands = map[string]func(args []string) error{
+	"deploy-factory": func(args []string) error { return deployFactory(args, os.Stdout) },
+	// The dev chain make run pays on (devchain.go).
+	"devchain": devchain,
+}
+
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "deploy-factory" {
-		if err := deployFactory(os.Args[2:], os.Stdout); err != nil {
-			fmt.Fprintln(os.Stderr, "voucherd deploy-factory:", err)
-			os.Exit(1)
+	if len(os.Args) > 1 {
+		if sub, ok := subcommands[os.Args[1]]; ok {
+			if err := sub(os.Args[2:]); err != nil {
+				fmt.Fprintf(os.Stderr, "voucherd %s: %v\n", os.Args[1], err)
+				os.Exit(1)
+			}
+			return
 		}
-		return
 	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "voucherd:", err)

@@ -57,7 +57,7 @@ var httpAllowed = map[string]string{
 	"internal/netguard":                 "the outbound HTTP client that refuses private addresses (webhooks, chain RPC)",
 	"internal/ratelimit":                "the gate charges requests by client address and writes RateLimit-* headers",
 	"internal/settlement/evm":           "the EVM chain adapter speaks JSON-RPC over HTTP",
-	"internal/settlement/evm/testchain": "the dev and test chain serves JSON-RPC over HTTP (cmd/devchain, tests)",
+	"internal/settlement/evm/testchain": "the dev and test chain serves JSON-RPC over HTTP (voucherd devchain, tests)",
 	"internal/settlement/solana":        "the Solana chain adapter speaks JSON-RPC over HTTP",
 	"internal/webhook/sender":           "the webhook sender POSTs signed deliveries",
 	"internal/webhook/signing":          "the signature is a set of HTTP headers (webhook-id, -timestamp, -signature)",

@@ -94,13 +94,13 @@ func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
 
 	// Cut the listener's connection and wait until its backend is gone.
 	var killed bool
-	if err := db.SQL.QueryRowContext(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", pubsub.ApplicationName).Scan(&killed); err != nil || !killed {
+	if err := db.SQL.QueryRowContext(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()", pubsub.ApplicationName).Scan(&killed); err != nil || !killed {
 		t.Fatalf("terminate listener backend: %v %v", killed, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		var n int
-		if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", pubsub.ApplicationName).Scan(&n); err != nil {
+		if err := db.SQL.QueryRowContext(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()", pubsub.ApplicationName).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n == 0 {

@@ -24,13 +24,29 @@ var shared struct {
 
 var dbSeq atomic.Uint64
 
+// EnvURL names a cluster already running for the whole run, as the
+// superuser's URL of its "postgres" database: make test (scripts/test.sh)
+// starts one with testpgd and sets it, so the packages share one cluster
+// instead of each running initdb and a server of its own. Each test still
+// gets a fresh database of its own (named with the process id, so two test
+// binaries never pick the same name). Unset or empty, a test binary starts
+// its own cluster, as when a package is tested alone.
+const EnvURL = "TESTPG_URL"
+
 func sharedCluster() (*Cluster, error) {
-	shared.once.Do(func() { shared.c, shared.err = Start() })
+	shared.once.Do(func() {
+		if u := os.Getenv(EnvURL); u != "" {
+			shared.c, shared.err = Attach(u)
+			return
+		}
+		shared.c, shared.err = Start()
+	})
 	return shared.c, shared.err
 }
 
-// Main runs the tests and then stops the shared cluster, exiting with the
-// tests' code. Call it from TestMain:
+// Main runs the tests and then stops the shared cluster (only this
+// process's own: one attached through EnvURL is left to its owner), exiting
+// with the tests' code. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { testpg.Main(m) }
 //
@@ -131,5 +147,5 @@ func dbName(testName string) string {
 	if len(base) > 40 {
 		base = base[:40]
 	}
-	return fmt.Sprintf("t_%s_%d", base, dbSeq.Add(1))
+	return fmt.Sprintf("t_%s_%d_%d", base, os.Getpid(), dbSeq.Add(1))
 }

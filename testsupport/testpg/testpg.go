@@ -110,6 +110,29 @@ type Cluster struct {
 	admin    *sql.DB
 	lockFD   int
 	stopOnce sync.Once
+	// attached: another process owns the server (Attach); Stop only
+	// closes this process's connections to it.
+	attached bool
+}
+
+// Attach uses a cluster another process started (testpgd, for a whole make
+// test run), given the superuser's URL of its "postgres" database, as
+// Cluster.DSN("postgres") printed it. It is never ErrUnavailable: a URL
+// that does not answer is a failure, not a reason to skip.
+func Attach(adminURL string) (*Cluster, error) {
+	u, err := url.Parse(adminURL)
+	if err != nil || u.Scheme != "postgres" || u.Hostname() != "127.0.0.1" {
+		return nil, fmt.Errorf("testpg: %s=%q: want postgres://postgres@127.0.0.1:PORT/postgres", EnvURL, adminURL)
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return nil, fmt.Errorf("testpg: %s=%q: no port", EnvURL, adminURL)
+	}
+	c := &Cluster{port: port, lockFD: -1, attached: true}
+	if err := c.connect(time.Now().Add(10 * time.Second)); err != nil {
+		return nil, fmt.Errorf("testpg: the cluster %s names: %w", EnvURL, err)
+	}
+	return c, nil
 }
 
 // Start creates and starts a new cluster. The caller must call Stop.
@@ -299,6 +322,9 @@ func (c *Cluster) Stop() {
 		if c.admin != nil {
 			c.admin.Close()
 		}
+		if c.attached {
+			return
+		}
 		if err := c.stopServer(); err != nil {
 			fmt.Fprintf(os.Stderr, "testpg: stopping cluster in %s: %v\n", c.dir, err)
 		}
@@ -429,6 +455,9 @@ func (c *Cluster) logTail() string {
 }
 
 func (c *Cluster) logTailSection() string {
+	if c.attached {
+		return "" // the owner (testpgd) has the log
+	}
 	tail := c.logTail()
 	if tail == "" {
 		return "\n(server log " + c.logFile + " is empty)"

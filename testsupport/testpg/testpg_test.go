@@ -162,6 +162,45 @@ func TestDatabaseIsFreshPerTest(t *testing.T) {
 	})
 }
 
+// A cluster another process owns (testpgd's, under make test), attached
+// by its URL: databases are created and dropped on it, the attached
+// Cluster's Stop leaves the server running, and a URL nobody answers is a
+// failure, never ErrUnavailable (a run told to share a cluster must not
+// skip).
+func TestAttach(t *testing.T) {
+	owner := StartT(t)
+	a, err := Attach(owner.DSN("postgres"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	dsn, err := a.CreateDatabase(ctx, dbName(t.Name()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := queryString(t, open(t, dsn), "SELECT current_setting('port')"); got != strconv.Itoa(owner.Port()) {
+		t.Fatalf("attached database on port %s, want the owner's %d", got, owner.Port())
+	}
+	a.Stop()
+	if got := queryString(t, open(t, owner.DSN("postgres")), "SELECT 1::text"); got != "1" {
+		t.Fatalf("the owner's server after the attached Stop: %q", got)
+	}
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	_, err = Attach(fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", port))
+	if err == nil || errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Attach to a closed port: %v", err)
+	}
+	if _, err := Attach("postgres://postgres@db.example.com:5432/postgres"); err == nil {
+		t.Fatal("Attach to a non-loopback host must fail")
+	}
+}
+
 func TestWithDurable(t *testing.T) {
 	c := StartT(t, WithDurable(), WithMaxConnections(50), WithSetting("work_mem", "'8MB'"))
 	db := open(t, c.DSN("postgres"))
@@ -318,7 +357,8 @@ func TestHelperProcess(t *testing.T) {
 
 func helper(ctx context.Context, mode string, env ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperProcess$", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), append(env, helperEnv+"="+mode)...)
+	// The helper starts its own cluster, even when make test shares one.
+	cmd.Env = append(os.Environ(), append(env, helperEnv+"="+mode, EnvURL+"=")...)
 	return cmd
 }
 

@@ -99,6 +99,9 @@ type Options struct {
 	DatabaseURL string
 	// Env adds or overrides VOUCHER_* variables.
 	Env map[string]string
+	// Binary runs this voucherd build instead of Binary's (make run's,
+	// built with -tags devchain, in cmd/voucherd's dev chain test).
+	Binary string
 }
 
 // Server is a running voucherd.
@@ -115,7 +118,10 @@ type Server struct {
 // when t ends.
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
-	bin := Binary(t)
+	bin := opts.Binary
+	if bin == "" {
+		bin = Binary(t)
+	}
 	dbURL := opts.DatabaseURL
 	if dbURL == "" {
 		dbURL = testdb.URL(t, opts.Dialect)

@@ -2,7 +2,7 @@
 // Chainlink-compatible aggregator mock, compiled once by contracts/build.mjs
 // with the npm solc package; ABI and bytecode are committed under artifacts/)
 // and small helpers to deploy and call them on any EVM node: go-ethereum's
-// in-process simulated chain (NewSim), the dev chain (cmd/devchain) or an
+// in-process simulated chain (NewSim), the dev chain (`voucherd devchain`) or an
 // independent node such as anvil. It also serves a simulated chain over
 // HTTP JSON-RPC (Handler).
 //

@@ -1,22 +1,5 @@
-// Command devchain is the local EVM chain `make run` pays on: go-ethereum's
-// in-process simulated chain (ethclient/simulated) served as Ethereum
-// JSON-RPC over HTTP, so no outside node is needed. It prefunds the five
-// well-known development accounts (testchain.DevKeys: anvil's and hardhat's
-// defaults, public keys for test money only), deploys the dev tokens and an
-// ETH/USD price feed at fixed addresses (deployer account 0, nonces 0, 1,
-// 2), and the deposit factory (its own deployer, anvil's account 8, nonce
-// 0: testchain.DevFactory), prefunds the dev sweep account (anvil's account
-// 9: the VOUCHER_SWEEP_KEY `make run` passes), seals a block after every
-// transaction it receives and an empty one every -block-time, so
-// confirmations grow.
-//
-//	devchain [-addr 127.0.0.1:8545] [-block-time 2s]
-//	devchain send -to 0xPAYEE -currency USDC -amount 12.5 [-from 1] [-rpc URL]
-//
-// `send` signs and sends a real transfer (a dev token, or ETH) from a dev
-// account and prints its transaction hash: the README's first session pays a
-// voucher with it. It works against any node that prefunds the dev accounts
-// and has the dev tokens (devchain, or anvil after the same deployments).
+//go:build devchain
+
 package main
 
 import (
@@ -43,48 +26,67 @@ import (
 	"github.com/voucherd/voucherd/internal/settlement/evm/testchain"
 )
 
-func main() {
-	var err error
-	if len(os.Args) > 1 && os.Args[1] == "send" {
-		err = send(os.Args[2:])
-	} else {
-		err = serve(os.Args[1:])
+// devchain is `voucherd devchain`, the local EVM chain `make run` pays on:
+// go-ethereum's in-process simulated chain (ethclient/simulated) served as Ethereum
+// JSON-RPC over HTTP, so no outside node is needed. It prefunds the five
+// well-known development accounts (testchain.DevKeys: anvil's and hardhat's
+// defaults, public keys for test money only), deploys the dev tokens and an
+// ETH/USD price feed at fixed addresses (deployer account 0, nonces 0, 1,
+// 2), and the deposit factory (its own deployer, anvil's account 8, nonce
+// 0: testchain.DevFactory), prefunds the dev sweep account (anvil's account
+// 9: the VOUCHER_SWEEP_KEY `make run` passes), seals a block after every
+// transaction it receives and an empty one every -block-time, so
+// confirmations grow.
+//
+//	voucherd devchain [-addr 127.0.0.1:8545] [-block-time 2s]
+//	voucherd devchain send -to 0xPAYEE -currency USDC -amount 12.5 [-from 1] [-rpc URL]
+//
+// `send` signs and sends a real transfer (a dev token, or ETH) from a dev
+// account and prints its transaction hash: the README's first session pays a
+// voucher with it. It works against any node that prefunds the dev accounts
+// and has the dev tokens (devchain, or anvil after the same deployments).
+//
+// It is a subcommand of voucherd rather than a binary of its own so that
+// `make run` builds and links one program (see the README's "What a first
+// run costs"), and it is compiled in only with the devchain build tag
+// (`go build -tags devchain`, as make run builds): the service's own build
+// never links a node (go-ethereum's eth, core, miner and their storage).
+func devchain(args []string) error {
+	if len(args) > 0 && args[0] == "send" {
+		return devSend(args[1:])
 	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "devchain:", err)
-		os.Exit(1)
-	}
+	return devServe(args)
 }
 
-// DevToken is a token the dev chain deploys.
-type DevToken struct {
+// devToken is a token the dev chain deploys.
+type devToken struct {
 	Symbol   string
 	Decimals uint8
 	Nonce    uint64 // the deployer's nonce: fixes the address
 }
 
-// Tokens are deployed by DevAccount(0) in this order, so each one's address
+// devTokens are deployed by DevAccount(0) in this order, so each one's address
 // is CreateAddress(account 0, Nonce) on a fresh chain.
-var Tokens = []DevToken{{"USDC", 6, 0}, {"DAI", 18, 1}}
+var devTokens = []devToken{{"USDC", 6, 0}, {"DAI", 18, 1}}
 
-// FeedNonce is the ETH/USD aggregator's deployment nonce (8 decimals).
-const FeedNonce = 2
+// devFeedNonce is the ETH/USD aggregator's deployment nonce (8 decimals).
+const devFeedNonce = 2
 
-// ETHUSD is the dev feed's answer (3000 USD, 8 decimals), refreshed with the
+// devETHUSD is the dev feed's answer (3000 USD, 8 decimals), refreshed with the
 // current time every minute so a maxAge of minutes holds.
-var ETHUSD = big.NewInt(3000_00000000)
+var devETHUSD = big.NewInt(3000_00000000)
 
-func tokenAddress(symbol string) (common.Address, DevToken, bool) {
-	for _, t := range Tokens {
+func devTokenAddress(symbol string) (common.Address, devToken, bool) {
+	for _, t := range devTokens {
 		if t.Symbol == symbol {
 			return testchain.CreateAddress(testchain.DevAccount(0).Address, t.Nonce), t, true
 		}
 	}
-	return common.Address{}, DevToken{}, false
+	return common.Address{}, devToken{}, false
 }
 
-func serve(args []string) error {
-	fs := flag.NewFlagSet("devchain", flag.ContinueOnError)
+func devServe(args []string) error {
+	fs := flag.NewFlagSet("voucherd devchain", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8545", "JSON-RPC listen address")
 	blockTime := fs.Duration("block-time", 2*time.Second, "seal an empty block this often (0: only on transactions)")
 	if err := fs.Parse(args); err != nil {
@@ -107,7 +109,7 @@ func serve(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	if err := deploy(ctx, sim, commit); err != nil {
+	if err := devDeploy(ctx, sim, commit); err != nil {
 		return fmt.Errorf("deploying the dev contracts: %w", err)
 	}
 
@@ -116,14 +118,14 @@ func serve(args []string) error {
 		<-ctx.Done()
 		_ = srv.Close()
 	}()
-	go tick(ctx, sim, commit, *blockTime, log)
+	go devTick(ctx, sim, commit, *blockTime, log)
 
 	attrs := []any{"rpc", "http://" + ln.Addr().String(), "chainId", testchain.SimChainID}
-	for _, t := range Tokens {
-		a, _, _ := tokenAddress(t.Symbol)
+	for _, t := range devTokens {
+		a, _, _ := devTokenAddress(t.Symbol)
 		attrs = append(attrs, t.Symbol, a.Hex())
 	}
-	attrs = append(attrs, "ETH/USD feed", testchain.CreateAddress(funded[0], FeedNonce).Hex(), "depositFactory", testchain.DevFactory().Hex())
+	attrs = append(attrs, "ETH/USD feed", testchain.CreateAddress(funded[0], devFeedNonce).Hex(), "depositFactory", testchain.DevFactory().Hex())
 	log.Info("devchain ready", attrs...)
 	for i, a := range funded {
 		log.Info("dev account (public test key: test money only)", "index", i, "address", a.Hex(), "key", "0x"+testchain.DevKeys[i])
@@ -141,7 +143,7 @@ func serve(args []string) error {
 // every receipt is in: the simulated chain's pool resets after a commit in
 // the background, so its pending nonce, and what the next block picks up,
 // can lag for a moment on a busy machine.
-func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
+func devDeploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 	owner := testchain.DevAccount(0)
 	var nonce uint64
 	send := func(to *common.Address, data []byte) (common.Hash, error) {
@@ -151,12 +153,12 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 		}
 		return h, err
 	}
-	for _, t := range Tokens {
+	for _, t := range devTokens {
 		h, err := send(nil, testchain.DeployTokenData("Dev "+t.Symbol, t.Symbol, t.Decimals))
 		if err != nil {
 			return err
 		}
-		if err := mine(ctx, sim, commit, h); err != nil {
+		if err := devMine(ctx, sim, commit, h); err != nil {
 			return err
 		}
 	}
@@ -164,12 +166,12 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 	if err != nil {
 		return err
 	}
-	if err := mine(ctx, sim, commit, h); err != nil {
+	if err := devMine(ctx, sim, commit, h); err != nil {
 		return err
 	}
 	var mints []common.Hash
-	for _, t := range Tokens {
-		a, _, _ := tokenAddress(t.Symbol)
+	for _, t := range devTokens {
+		a, _, _ := devTokenAddress(t.Symbol)
 		amount := new(big.Int).Mul(big.NewInt(1_000_000), new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(t.Decimals)), nil))
 		for i := range testchain.DevKeys {
 			h, err := send(&a, testchain.MintData(testchain.DevAccount(i).Address, amount))
@@ -179,14 +181,14 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 			mints = append(mints, h)
 		}
 	}
-	if err := mine(ctx, sim, commit, mints...); err != nil {
+	if err := devMine(ctx, sim, commit, mints...); err != nil {
 		return err
 	}
-	feed := testchain.CreateAddress(owner.Address, FeedNonce)
-	if h, err = send(&feed, testchain.SetAnswerData(ETHUSD, time.Now())); err != nil {
+	feed := testchain.CreateAddress(owner.Address, devFeedNonce)
+	if h, err = send(&feed, testchain.SetAnswerData(devETHUSD, time.Now())); err != nil {
 		return err
 	}
-	if err := mine(ctx, sim, commit, h); err != nil {
+	if err := devMine(ctx, sim, commit, h); err != nil {
 		return err
 	}
 	// The deposit factory: its own deployer's first transaction.
@@ -194,7 +196,7 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 	if h, err = testchain.SendNonce(ctx, sim.Client, deployer, 0, nil, nil, deposit.FactoryCode, 0); err != nil {
 		return err
 	}
-	if err := mine(ctx, sim, commit, h); err != nil {
+	if err := devMine(ctx, sim, commit, h); err != nil {
 		return err
 	}
 	if err := deposit.Verify(ctx, sim.RPC, testchain.DevFactory()); err != nil {
@@ -202,8 +204,8 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 	}
 	// Check the fixed addresses hold code: a change in the order above
 	// would otherwise move a token silently.
-	for _, t := range Tokens {
-		a, _, _ := tokenAddress(t.Symbol)
+	for _, t := range devTokens {
+		a, _, _ := devTokenAddress(t.Symbol)
 		code, err := sim.Client.CodeAt(ctx, a, nil)
 		if err != nil || len(code) == 0 {
 			return fmt.Errorf("%s is not at %s", t.Symbol, a.Hex())
@@ -213,7 +215,7 @@ func deploy(ctx context.Context, sim *testchain.Sim, commit func()) error {
 }
 
 // mine commits blocks until every one of hs has a successful receipt.
-func mine(ctx context.Context, sim *testchain.Sim, commit func(), hs ...common.Hash) error {
+func devMine(ctx context.Context, sim *testchain.Sim, commit func(), hs ...common.Hash) error {
 	for range 50 {
 		commit()
 		done := true
@@ -239,9 +241,9 @@ func mine(ctx context.Context, sim *testchain.Sim, commit func(), hs ...common.H
 	return fmt.Errorf("deploy transactions not mined after 50 blocks")
 }
 
-func refreshFeed(ctx context.Context, sim *testchain.Sim, commit func()) error {
-	feed := testchain.CreateAddress(testchain.DevAccount(0).Address, FeedNonce)
-	_, err := testchain.Send(ctx, sim.Client, testchain.DevAccount(0), &feed, nil, testchain.SetAnswerData(ETHUSD, time.Now()), 0)
+func devRefreshFeed(ctx context.Context, sim *testchain.Sim, commit func()) error {
+	feed := testchain.CreateAddress(testchain.DevAccount(0).Address, devFeedNonce)
+	_, err := testchain.Send(ctx, sim.Client, testchain.DevAccount(0), &feed, nil, testchain.SetAnswerData(devETHUSD, time.Now()), 0)
 	if err == nil {
 		commit()
 	}
@@ -250,7 +252,7 @@ func refreshFeed(ctx context.Context, sim *testchain.Sim, commit func()) error {
 
 // tick seals an empty block every d (so a payment's confirmations grow
 // without further transactions) and refreshes the price feed every minute.
-func tick(ctx context.Context, sim *testchain.Sim, commit func(), d time.Duration, log *slog.Logger) {
+func devTick(ctx context.Context, sim *testchain.Sim, commit func(), d time.Duration, log *slog.Logger) {
 	feed := time.NewTicker(time.Minute)
 	defer feed.Stop()
 	var blocks <-chan time.Time
@@ -266,15 +268,15 @@ func tick(ctx context.Context, sim *testchain.Sim, commit func(), d time.Duratio
 		case <-blocks:
 			commit()
 		case <-feed.C:
-			if err := refreshFeed(ctx, sim, commit); err != nil {
+			if err := devRefreshFeed(ctx, sim, commit); err != nil {
 				log.Warn("refreshing the ETH/USD feed", "err", err.Error())
 			}
 		}
 	}
 }
 
-func send(args []string) error {
-	fs := flag.NewFlagSet("devchain send", flag.ContinueOnError)
+func devSend(args []string) error {
+	fs := flag.NewFlagSet("voucherd devchain send", flag.ContinueOnError)
 	rpcURL := fs.String("rpc", "http://127.0.0.1:8545", "JSON-RPC endpoint")
 	from := fs.Int("from", 1, "dev account index (0-4) paying")
 	to := fs.String("to", "", "recipient address (the voucher's expectedPayment.wallet.address)")
@@ -292,9 +294,9 @@ func send(args []string) error {
 	decimals := uint8(18)
 	var token common.Address
 	if sym := strings.ToUpper(*currency); sym != "ETH" {
-		var t DevToken
+		var t devToken
 		var ok bool
-		if token, t, ok = tokenAddress(sym); !ok {
+		if token, t, ok = devTokenAddress(sym); !ok {
 			return fmt.Errorf("-currency: unknown dev token %q", *currency)
 		}
 		decimals = t.Decimals

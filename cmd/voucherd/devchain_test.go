@@ -28,16 +28,20 @@ import (
 // chain, checked on the real binary over JSON-RPC: chain id 1337, the five
 // documented accounts funded, USDC and DAI at their documented addresses
 // holding 1,000,000 for each account, the ETH/USD feed answering 3000, and
-// the documented `devchain send` paying a real transfer; and a voucher
+// the documented `voucherd devchain send` paying a real transfer; and a voucher
 // settling on it through the real voucherd, configured as `make run` does.
 func TestDevChainServesWhatTheDocsSay(t *testing.T) {
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "devchain")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	// The dev chain is a voucherd subcommand compiled in with the devchain
+	// tag, as make run builds it; the service's own build refuses it.
+	if out, err := exec.Command(testserver.Binary(t), "devchain").CombinedOutput(); err == nil || !strings.Contains(string(out), "built without the dev chain") {
+		t.Fatalf("voucherd devchain on the service's own build: %v %s", err, out)
+	}
+	bin := filepath.Join(t.TempDir(), "voucherd")
+	if out, err := exec.Command("go", "build", "-tags", "devchain", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build -tags devchain: %v\n%s", err, out)
 	}
 	// As `make run` starts it (scripts/run-dev.sh), on a free port.
-	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
+	cmd := exec.Command(bin, "devchain", "-addr", "127.0.0.1:0")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -156,11 +160,11 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 		t.Fatalf("ETH/USD feed: %v %d %v %v", answer, decimals, updated, err)
 	}
 
-	// The README's payment: `bin/devchain send -to … -currency USDC -amount 12.5`.
+	// The README's payment: `bin/voucherd devchain send -to … -currency USDC -amount 12.5`.
 	payee := testchain.NewAccount().Address
-	out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-to", payee.Hex(), "-currency", "USDC", "-amount", "12.5").Output()
+	out, err := exec.CommandContext(ctx, bin, "devchain", "send", "-rpc", rpcURL, "-to", payee.Hex(), "-currency", "USDC", "-amount", "12.5").Output()
 	if err != nil {
-		t.Fatalf("devchain send: %v %s", err, out)
+		t.Fatalf("voucherd devchain send: %v %s", err, out)
 	}
 	h := common.HexToHash(strings.TrimSpace(string(out)))
 	rc, err := c.TransactionReceipt(ctx, h)
@@ -193,10 +197,10 @@ func TestDevChainServesWhatTheDocsSay(t *testing.T) {
 	})
 }
 
-// devService starts voucherd configured as `make run` configures it:
-// dev/finance.json with network local pointed at the dev chain, and the
-// VOUCHER_SWEEP_KEY of scripts/run-dev.sh.
-func devService(t *testing.T, rpcURL, dialect string) *testserver.Server {
+// devService starts make run's voucherd (bin) configured as `make run`
+// configures it: dev/finance.json with network local pointed at the dev
+// chain, and the VOUCHER_SWEEP_KEY of scripts/run-dev.sh.
+func devService(t *testing.T, bin, rpcURL, dialect string) *testserver.Server {
 	finance, err := os.ReadFile(filepath.Join("..", "..", "dev", "finance.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -216,16 +220,16 @@ func devService(t *testing.T, rpcURL, dialect string) *testserver.Server {
 	if m == nil {
 		t.Fatal("scripts/run-dev.sh sets no VOUCHER_SWEEP_KEY")
 	}
-	return testserver.Start(t, testserver.Options{Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": file, "VOUCHER_SWEEP_KEY": string(m[1])}})
+	return testserver.Start(t, testserver.Options{Binary: bin, Dialect: dialect, Env: map[string]string{"VOUCHER_FINANCE_FILE": file, "VOUCHER_SWEEP_KEY": string(m[1])}})
 }
 
 // checkoutOnDevChain is README's checkout session: a business creates a
 // widget paying out to its wallet on local and a checkout for 7.25 USDC;
-// the customer pays what the page's QR code says with `devchain send` to
+// the customer pays what the page's QR code says with `voucherd devchain send` to
 // the deposit address and hands back no hash; the page (its data-status)
 // and the voucher confirm, and the payout wallet receives the sweep.
 func checkoutOnDevChain(t *testing.T, c *ethclient.Client, bin, rpcURL, dialect, from string) {
-	s := devService(t, rpcURL, dialect)
+	s := devService(t, bin, rpcURL, dialect)
 	owner := s.User(t)
 	r := s.Do(t, "POST", "/api/v1/businesses/create-business", owner.Token, map[string]any{"name": "Acme Coffee"})
 	if r.Status != 200 {
@@ -274,8 +278,8 @@ func checkoutOnDevChain(t *testing.T, c *ethclient.Client, bin, rpcURL, dialect,
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-from", from, "-to", depositAddr, "-currency", "USDC", "-amount", "7.25").Output(); err != nil {
-		t.Fatalf("devchain send: %v %s", err, out)
+	if out, err := exec.CommandContext(ctx, bin, "devchain", "send", "-rpc", rpcURL, "-from", from, "-to", depositAddr, "-currency", "USDC", "-amount", "7.25").Output(); err != nil {
+		t.Fatalf("voucherd devchain send: %v %s", err, out)
 	}
 	usdc := common.HexToAddress("0x5FbDB2315678afecb367f032d93F642f64180aa3")
 	for {
@@ -326,11 +330,11 @@ func checkoutOnDevChain(t *testing.T, c *ethclient.Client, bin, rpcURL, dialect,
 // `make run` configures it (dev/finance.json, its network local pointed at
 // the dev chain), a payer's wallet opens a context, the payee signs in with
 // its code, reserves and redeems a voucher for 12.5 USDC on local, the
-// payer pays it with `devchain send` from a prefunded dev account and
+// payer pays it with `voucherd devchain send` from a prefunded dev account and
 // resolves it with the printed hash, and the voucher's settlement becomes
 // CONFIRMED because the chain confirmed it.
 func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
-	s := devService(t, rpcURL, dialect)
+	s := devService(t, bin, rpcURL, dialect)
 
 	wallet := s.Device(t)
 	_, code := s.Session(t, wallet)
@@ -351,9 +355,9 @@ func settleOnDevChain(t *testing.T, bin, rpcURL, dialect, from string) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, bin, "send", "-rpc", rpcURL, "-from", from, "-to", payeeWallet, "-currency", "USDC", "-amount", "12.5").Output()
+	out, err := exec.CommandContext(ctx, bin, "devchain", "send", "-rpc", rpcURL, "-from", from, "-to", payeeWallet, "-currency", "USDC", "-amount", "12.5").Output()
 	if err != nil {
-		t.Fatalf("devchain send: %v %s", err, out)
+		t.Fatalf("voucherd devchain send: %v %s", err, out)
 	}
 	hash := strings.TrimSpace(string(out))
 	r = s.Do(t, "POST", "/api/v1/vouchers/"+id+"/resolve-voucher", wallet.Token, map[string]any{"receipts": []map[string]any{{"paymentId": v.ExpectedPayment.ID, "transactionHash": hash}}})
