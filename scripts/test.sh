@@ -15,6 +15,15 @@ TEST_PKGS=${TEST_PKGS:-./...}
 # contention).
 TEST_P=${TEST_P:-$(nproc)}
 
+# Every go command below compiles the tree with the same flags as the
+# suite's test binaries (TREEFLAGS, -race from make test), so a cold build
+# cache compiles the service's tree once, raced, instead of once raced for
+# the tests and once plain for voucherd, the lint and the generators
+# (docs/testing.md, "One copy of the tree").
+TREEFLAGS=${TREEFLAGS--race}
+base_goflags=${GOFLAGS:-}
+export GOFLAGS="$base_goflags $TREEFLAGS"
+
 lintlog=$(mktemp)
 bindir=$(mktemp -d)
 pgd=
@@ -27,7 +36,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-make --no-print-directory lint >"$lintlog" 2>&1 &
+# make lint's go vet and staticcheck read TREEFLAGS; GOFLAGS goes back to
+# the caller's so the lint's tools are built as they always are.
+GOFLAGS="$base_goflags" make --no-print-directory lint TREEFLAGS="$TREEFLAGS" >"$lintlog" 2>&1 &
 lint=$!
 
 # One PostgreSQL cluster for every package (testsupport/testpg/testpgd,
@@ -41,7 +52,8 @@ if "$GO" build -o "$bindir/testpgd" ./testsupport/testpg/testpgd; then
 fi
 
 # One voucherd binary for every package that runs it (testsupport/testserver
-# reads VOUCHERD_TEST_BIN), instead of one link per package.
+# reads VOUCHERD_TEST_BIN), instead of one link per package. Built raced
+# like the rest: the end-to-end tests also race the service itself.
 "$GO" build -o "$bindir/voucherd" ./cmd/voucherd || { wait "$lint"; exit 1; }
 export VOUCHERD_TEST_BIN="$bindir/voucherd"
 
@@ -60,56 +72,49 @@ if [[ -n $pgd ]]; then
 	fi
 fi
 
-# The race detector where it can find something. It reports two
-# goroutines of the test process touching memory without order, so it
-# runs on every package whose tests or code run goroutines. These packages
-# run every test without it (docs/operations.md, "Testing"):
-#  - cmd/voucherd: its tests drive the real binary, a process of its own
-#    the detector cannot see into (the service's concurrency is raced in
-#    the packages that run it in-process: graph, rest, internal/...); in
-#    the test process are only the test's clients and the simulated chain.
-#  - packages whose tests and code start no goroutine (pure functions and
-#    tables: money, ids, paging, bounds, ...), where it has nothing to see.
-# A package added to the module is raced unless it is added here.
-NORACE_PKGS=${NORACE_PKGS-"./cmd/voucherd ./graph/bounds ./internal/chain ./internal/config ./internal/ids ./internal/layering ./internal/money ./internal/operation ./internal/paging ./internal/secretbox ./internal/webhook/signing"}
+# Every package runs with the race detector. go test's own vet pass is off:
+# make lint runs go vet's full set over the same packages beside the suite.
+# ALONGSIDE_PKGS run in a go test of their own beside the others, one at a
+# time: cmd/voucherd drives the real binary and mostly waits on it, its
+# chains and browsers (about 2 min of wall for 1 min of CPU), so it does
+# not take one of the TEST_P slots the CPU-bound packages share.
+ALONGSIDE_PKGS=${ALONGSIDE_PKGS-"./cmd/voucherd"}
 TEST_FLAGS=${TEST_FLAGS:-}
 module=$("$GO" list -m)
-# shellcheck disable=SC2086 # TEST_PKGS and NORACE_PKGS are lists of patterns
+# shellcheck disable=SC2086 # TEST_PKGS and ALONGSIDE_PKGS are lists of patterns
 mapfile -t all < <("$GO" list $TEST_PKGS)
-norace=()
-race=()
+alongside=()
+rest=()
 for p in "${all[@]}"; do
-	if [[ " $NORACE_PKGS " == *" ./${p#"$module"/} "* ]]; then
-		norace+=("$p")
+	if [[ " $ALONGSIDE_PKGS " == *" ./${p#"$module"/} "* ]]; then
+		alongside+=("$p")
 	else
-		race+=("$p")
+		rest+=("$p")
 	fi
 done
 
-# Both sets at once (the non-raced is cmd/voucherd, one long package,
-# and small ones); its output is printed after the raced set's.
-noracelog=$(mktemp)
-norace_rc=0
-norace_pid=
-if ((${#norace[@]})); then
+alongsidelog=$(mktemp)
+alongside_rc=0
+alongside_pid=
+if ((${#alongside[@]})); then
 	# shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
-	"$GO" test $TEST_FLAGS -count=1 -p 1 -timeout "$TEST_TIMEOUT" "${norace[@]}" >"$noracelog" 2>&1 &
-	norace_pid=$!
+	"$GO" test $TEST_FLAGS -race -vet=off -count=1 -p 1 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
+	alongside_pid=$!
 fi
 testrc=0
-if ((${#race[@]})); then
+if ((${#rest[@]})); then
 	# shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
-	"$GO" test $TEST_FLAGS -race -count=1 -p "$TEST_P" -timeout "$TEST_TIMEOUT" "${race[@]}"
+	"$GO" test $TEST_FLAGS -race -vet=off -count=1 -p "$TEST_P" -timeout "$TEST_TIMEOUT" "${rest[@]}"
 	testrc=$?
 fi
-if [[ -n $norace_pid ]]; then
-	wait "$norace_pid"
-	norace_rc=$?
-	echo "== without the race detector: ${norace[*]#"$module"/}"
-	cat "$noracelog"
+if [[ -n $alongside_pid ]]; then
+	wait "$alongside_pid"
+	alongside_rc=$?
+	echo "== beside the others: ${alongside[*]#"$module"/}"
+	cat "$alongsidelog"
 fi
-rm -f "$noracelog"
-((testrc == 0)) && testrc=$norace_rc
+rm -f "$alongsidelog"
+((testrc == 0)) && testrc=$alongside_rc
 
 wait "$lint"
 lintrc=$?

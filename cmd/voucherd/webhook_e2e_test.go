@@ -231,7 +231,7 @@ func TestE2EDepositLifecycle(t *testing.T) {
 	for _, dialect := range testdb.Dialects {
 		t.Run(dialect, func(t *testing.T) {
 			t.Parallel()
-			w := startWorld(t, dialect, map[string]string{"VOUCHER_VOUCHER_TTL": "5s", "VOUCHER_SWEEP_INTERVAL": "200ms"})
+			w := startWorld(t, dialect, map[string]string{"VOUCHER_VOUCHER_TTL": "15s", "VOUCHER_SWEEP_INTERVAL": "200ms"})
 
 			// Walked through its life: created, pending, confirmed.
 			id, pmt := w.deposit(t, "12.5")
@@ -288,7 +288,7 @@ func TestE2EDepositLifecycle(t *testing.T) {
 
 			// Expired unpaid: the sweeper records it and the event follows.
 			id, _ = w.deposit(t, "5")
-			testserver.Eventually(t, 20*time.Second, "deposit.expired", func() bool {
+			testserver.Eventually(t, 45*time.Second, "deposit.expired", func() bool {
 				for _, d := range w.rcv.forVoucher(id) {
 					if d.event.Type == webhook.DepositExpired {
 						return true

@@ -208,7 +208,11 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 // subscriber gets the change anyway. Heartbeats keep a busy replica alive.
 func TestSilentReplicaIsResynced(t *testing.T) {
 	s := newShared(t)
-	a, r := s.pair(t, pubsub.ListenerOptions{PeerTimeout: 400 * time.Millisecond}, pubsub.NotifierOptions{})
+	// Heartbeats every 50 ms (pair's default) against a 2 s timeout: a
+	// heartbeat held up by a loaded machine (a slow WAL flush, a starved
+	// process; 400 ms was seen at load average 20) must not read as a dead
+	// replica, which is what the busy phase checks.
+	a, r := s.pair(t, pubsub.ListenerOptions{PeerTimeout: 2 * time.Second}, pubsub.NotifierOptions{})
 	v := seed(t, s.db)
 	sub := r.hub.Subscribe(pubsub.ByVoucher, v.ID)
 	defer sub.Close()
@@ -235,7 +239,7 @@ func TestSilentReplicaIsResynced(t *testing.T) {
 	v = commit(t, s.db, v) // committed, never notified
 	a.l.Close()
 	a.n.Kill()
-	ev := waitEvent(t, sub, 3*time.Second)
+	ev := waitEvent(t, sub, 15*time.Second)
 	if ev.Voucher.Version != v.Version || !ev.Resync {
 		t.Fatalf("after the replica died: v%d resync=%v, want v%d by resync", ev.Voucher.Version, ev.Resync, v.Version)
 	}

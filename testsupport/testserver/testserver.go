@@ -141,7 +141,7 @@ func Start(t testing.TB, opts Options) *Server {
 	for k, v := range opts.Env {
 		env[k] = v
 	}
-	p, err := proc.Start(proc.Options{Name: "voucherd", Bin: bin, Env: env, Addr: addr, ReadyPath: "/readyz", ReadyWithin: 30 * time.Second})
+	p, err := proc.Start(proc.Options{Name: "voucherd", Bin: bin, Env: env, Addr: addr, ReadyPath: "/readyz", ReadyWithin: 2 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
