@@ -159,6 +159,14 @@ func (e *Schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	if ready := wstransport.ReadyFromContext(ctx); ready != nil {
 		run.lean = true
 		rc.run.notify(ready)
+		// The transport calls next itself, without the executor's wrapper
+		// per call (a response context, the response middleware, the
+		// extensions): most calls return bytes another subscriber rendered,
+		// and a rendering makes its own response context (produceOwn).
+		// Not when the executor is about to answer with errors instead.
+		if len(graphql.GetErrors(ctx)) == 0 {
+			run.direct = wstransport.HandleDirectly(ctx, rc.run.next)
+		}
 	}
 	return rc.run.next
 }
@@ -297,6 +305,10 @@ type subCommon struct {
 	// lean: the transport calls next when the stream has something; next
 	// never waits.
 	lean bool
+	// direct: the transport calls next without the executor's wrapper
+	// (wstransport.HandleDirectly): a rendering runs under a response
+	// context of its own and puts its errors in the response.
+	direct bool
 	// The operation, to render with: shared, read-only.
 	doc *ast.QueryDocument
 	op  *ast.OperationDefinition
@@ -339,7 +351,7 @@ func (run *subRun[V, S, P]) next(ctx context.Context) *graphql.Response {
 
 func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql.Response {
 	if run.shape == (unique.Handle[string]{}) || ev == nil {
-		return run.produce(ctx, v)
+		return run.produceOwn(ctx, v)
 	}
 	key := run.shape.Value()
 	data, ok, first := ev.Claim(key)
@@ -349,8 +361,26 @@ func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql
 	case ok:
 		return &graphql.Response{Data: data}
 	default:
+		return run.produceOwn(ctx, v)
+	}
+}
+
+// produceOwn is produce for this subscriber's response: with the
+// executor's wrapper skipped (direct), under a response context of its own
+// whose errors go into the response, as the wrapper's would.
+func (run *subRun[V, S, P]) produceOwn(ctx context.Context, v V) *graphql.Response {
+	if !run.direct {
 		return run.produce(ctx, v)
 	}
+	x := run.e.exec.Load()
+	ctx = graphql.WithResponseContext(ctx, run.e.opts.Present, x.recoverFunc)
+	resp := run.produce(ctx, v)
+	if resp != nil {
+		if errs := graphql.GetErrors(ctx); len(errs) > 0 {
+			resp.Errors = append(resp.Errors, errs...)
+		}
+	}
+	return resp
 }
 
 // renderShared renders v for every subscriber of ev with this selection
@@ -363,8 +393,8 @@ func (run *subRun[V, S, P]) renderShared(ctx context.Context, v V, ev Shared, ke
 			ev.Publish(key, nil, false)
 		}
 	}()
-	own := run.produce(ctx, v)
-	if own == nil || len(own.Errors) > 0 || len(graphql.GetErrors(ctx)) > 0 {
+	own := run.produceOwn(ctx, v)
+	if own == nil || len(own.Errors) > 0 || (!run.direct && len(graphql.GetErrors(ctx)) > 0) {
 		return own
 	}
 	// produce's buffer is its own: nothing writes to it again.

@@ -63,6 +63,10 @@ type Conn struct {
 	inited       bool
 	ops          []*op
 	readyOps     []*op
+	// spareOps is the array of readyOps before the one being worked on,
+	// given back to readyOps when that is taken (work): a connection
+	// signalled over and over allocates no slice per signal.
+	spareOps []*op
 	recoverFn    graphql.RecoverFunc // the operations' (their executor's)
 	timerDue     bool
 	scheduled    bool // in the worker pool's queue, or being worked on
@@ -554,15 +558,19 @@ func (c *Conn) onTimer() {
 // ready subscriptions, until nothing is left. At most one worker works on a
 // connection at a time, so a slow client holds up one worker at most.
 func (c *Conn) work() {
+	var done []*op // the array of the ops worked on last, cleared
 	for {
 		c.mu.Lock()
+		if done != nil && c.spareOps == nil && cap(done) <= 8 {
+			c.spareOps = done[:0]
+		}
 		if c.torn {
-			c.readyOps, c.timerDue, c.scheduled = nil, false, false
+			c.readyOps, c.spareOps, c.timerDue, c.scheduled = nil, nil, false, false
 			c.mu.Unlock()
 			return
 		}
 		ops := c.readyOps
-		c.readyOps = nil
+		c.readyOps, c.spareOps = c.spareOps[:0], nil
 		timer := c.timerDue
 		c.timerDue = false
 		if len(ops) == 0 && !timer {
@@ -588,6 +596,8 @@ func (c *Conn) work() {
 		for _, o := range ops {
 			c.drain(o)
 		}
+		clear(ops)
+		done = ops
 	}
 }
 

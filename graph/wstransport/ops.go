@@ -42,6 +42,10 @@ type op struct {
 
 	ready func()
 	onEnd func() // OnEnd's, run once when the operation ends
+	// direct is HandleDirectly's handler, called instead of the one
+	// DispatchOperation returns. Set while the operation is dispatched
+	// (by the goroutine dispatching it), read by runOp after that.
+	direct graphql.ResponseHandler
 	// idle is the response IdleResponse gave the handler call in
 	// progress. It and errs (AddSubscriptionError's) are touched only by
 	// the goroutine running the handler, or by the resolver before the
@@ -114,14 +118,49 @@ func ReadyFromContext(ctx context.Context) func() {
 // was called but has nothing to send (it skipped a stale event). Call it
 // from the handler each time, as it returns: the response is good for that
 // one call (the executor's wrapper writes into it, and an idle operation
-// keeps none). Nil outside this transport.
+// keeps none; a handler given to HandleDirectly, which no wrapper writes
+// into, gets one shared response). Nil outside this transport.
 func IdleResponse(ctx context.Context) *graphql.Response {
 	o := opFrom(ctx)
 	if o == nil {
 		return nil
 	}
-	o.idle = &graphql.Response{}
+	if o.direct != nil {
+		o.idle = &idleDirect
+	} else {
+		o.idle = &graphql.Response{}
+	}
 	return o.idle
+}
+
+// idleDirect is IdleResponse's answer to a direct handler: nothing writes
+// into it, and the transport only compares it.
+var idleDirect graphql.Response
+
+// HandleDirectly replaces, for the lean operation ctx belongs to (see
+// ReadyFromContext, which must have been called first), the response
+// handler gqlgen's executor returns by h. The executor wraps every call of
+// an operation's handler in a response context of its own, its response
+// middleware and its extensions (about ten allocations a call, profiled,
+// for a subscription event that is sent as rendered bytes); h is called
+// without them, with the operation's context, so it must run what it
+// renders under a response context (graphql.WithResponseContext) and put
+// that context's errors into the response itself. Call it from the
+// operation's ExecutableSchema.Exec (or its resolver), before Exec
+// returns. It reports false, doing nothing, outside this transport or
+// for an operation that is not lean.
+func HandleDirectly(ctx context.Context, h graphql.ResponseHandler) bool {
+	o := opFrom(ctx)
+	if o == nil || h == nil {
+		return false
+	}
+	o.c.mu.Lock()
+	defer o.c.mu.Unlock()
+	if !o.lean || o.h != nil {
+		return false
+	}
+	o.direct = h
+	return true
 }
 
 // OnEnd arranges for f to run once, when the operation ctx belongs to ends:
@@ -337,6 +376,9 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 	ctx = graphql.WithOperationContext(ctx, rc)
 	h, rctx := c.exec.DispatchOperation(ctx, rc)
 	c.mu.Lock()
+	if o.direct != nil && o.lean {
+		h = o.direct
+	}
 	o.h = h
 	if c.recoverFn == nil {
 		c.recoverFn = rc.RecoverFunc

@@ -428,7 +428,14 @@ func (s *Subscription) popLocked() *Event {
 	ev := s.queue[0]
 	s.queue[0] = nil
 	if len(s.queue) == 1 {
-		s.queue = nil // give the backing array back to the GC
+		if cap(s.queue) <= 2 {
+			// Kept for the next event: a subscriber that reads what it
+			// gets (nearly all) allocates no slice per event. A larger
+			// array (a backlog) goes back to the GC.
+			s.queue = s.queue[:0]
+		} else {
+			s.queue = nil
+		}
 	} else {
 		s.queue = s.queue[1:]
 	}
