@@ -66,7 +66,7 @@ type Conn struct {
 	// spareOps is the array of readyOps before the one being worked on,
 	// given back to readyOps when that is taken (work): a connection
 	// signalled over and over allocates no slice per signal.
-	spareOps []*op
+	spareOps     []*op
 	recoverFn    graphql.RecoverFunc // the operations' (their executor's)
 	timerDue     bool
 	scheduled    bool // in the worker pool's queue, or being worked on
