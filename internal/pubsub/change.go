@@ -71,15 +71,136 @@ func EncodeNotification(c VoucherChange, row []byte) ([]byte, error) {
 // ParseNotification reads a payload written by EncodeNotification or by
 // the voucher statements' pg_notify.
 func ParseNotification(payload string) (VoucherChange, error) {
-	keys, row, _ := strings.Cut(payload, "\n")
-	var c VoucherChange
-	if err := json.Unmarshal([]byte(keys), &c); err != nil {
-		return c, err
-	}
-	if row != "" {
+	c, row, err := parseKeys(payload)
+	if err == nil && row != "" {
 		c.Row = json.RawMessage(row)
 	}
-	return c, nil
+	return c, err
+}
+
+// parseKeys reads a payload's keys, and returns its row's text (not
+// copied). The keys' strings share the payload's memory (they are
+// substrings of it) unless they needed decoding.
+func parseKeys(payload string) (VoucherChange, string, error) {
+	keys, row, _ := strings.Cut(payload, "\n")
+	if c, ok := scanKeys(keys); ok {
+		return c, row, nil
+	}
+	var c VoucherChange
+	if err := json.Unmarshal([]byte(keys), &c); err != nil {
+		return c, "", err
+	}
+	return c, row, nil
+}
+
+// scanKeys reads the keys object as the service writes it (EncodeNotification,
+// or the statements' json_build_object: string values without escapes,
+// integers, null, spaces around the punctuation) without allocating; ok is
+// false for anything else (an escape, a nested value, a key it does not
+// know), which json.Unmarshal then reads.
+func scanKeys(s string) (c VoucherChange, ok bool) {
+	i := 0
+	space := func() {
+		for i < len(s) && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r') {
+			i++
+		}
+	}
+	str := func() (string, bool) {
+		if i >= len(s) || s[i] != '"' {
+			return "", false
+		}
+		j := i + 1
+		for j < len(s) && s[j] != '"' {
+			if s[j] == '\\' || s[j] < 0x20 {
+				return "", false
+			}
+			j++
+		}
+		if j >= len(s) {
+			return "", false
+		}
+		v := s[i+1 : j]
+		i = j + 1
+		return v, true
+	}
+	space()
+	if i >= len(s) || s[i] != '{' {
+		return c, false
+	}
+	i++
+	space()
+	if i < len(s) && s[i] == '}' {
+		i++
+		space()
+		return c, i == len(s)
+	}
+	for {
+		space()
+		key, okk := str()
+		if !okk {
+			return c, false
+		}
+		space()
+		if i >= len(s) || s[i] != ':' {
+			return c, false
+		}
+		i++
+		space()
+		if i >= len(s) {
+			return c, false
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "null"):
+			i += 4
+			switch key {
+			case "id", "version", "sessionId", "businessId", "payerId", "payeeId":
+			default:
+				return c, false
+			}
+		case key == "version":
+			j, n := i, 0
+			for j < len(s) && s[j] >= '0' && s[j] <= '9' && j-i < 18 {
+				n = n*10 + int(s[j]-'0')
+				j++
+			}
+			if j == i || (j < len(s) && s[j] >= '0' && s[j] <= '9') {
+				return c, false
+			}
+			c.Version, i = n, j
+		default:
+			v, okv := str()
+			if !okv {
+				return c, false
+			}
+			switch key {
+			case "id":
+				c.ID = v
+			case "sessionId":
+				c.SessionID = v
+			case "businessId":
+				c.BusinessID = v
+			case "payerId":
+				c.PayerID = v
+			case "payeeId":
+				c.PayeeID = v
+			default:
+				return c, false
+			}
+		}
+		space()
+		if i >= len(s) {
+			return c, false
+		}
+		if s[i] == '}' {
+			i++
+			space()
+			return c, i == len(s)
+		}
+		if s[i] != ',' {
+			return c, false
+		}
+		i++
+	}
 }
 
 // WithState returns c carrying v in process.

@@ -1,6 +1,7 @@
 package pubsub
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -46,5 +47,34 @@ func TestNotificationPayload(t *testing.T) {
 	}
 	if _, err := ParseNotification("not json"); err == nil {
 		t.Fatal("accepted a malformed payload")
+	}
+}
+
+// The keys' scanner (no allocation) reads what json.Unmarshal reads, or
+// gives up and leaves the payload to it.
+func TestScanKeysAgreesWithJSON(t *testing.T) {
+	for _, keys := range []string{
+		`{"id":"vch_1","version":3,"sessionId":"ses_1","businessId":"biz_1","payerId":"dev_1","payeeId":"usr_1"}`,
+		`{"id" : "vch_2", "version" : 7, "sessionId" : "ses_2", "businessId" : null, "payerId" : "dev_2", "payeeId" : "ses_9"}`,
+		`{}`, ` { } `, `{"id":"a"}`, `{"version":0}`, `{"id":"a","id":"b"}`,
+		`{"id":"v\"x"}`, `{"id":"v\u0041"}`, `{"ID":"upper"}`, `{"id":"a","extra":1}`, `{"version":-1}`,
+		`{"version":7.5}`, `{"version":"7"}`, `{"id":1}`, `{"id":"a",}`, `{"id":"a"} x`, `{"id":"a"`, `{"id"`,
+		`{"version":99999999999999999999}`, `[]`, `null`, ``, `{"id":null,"version":null}`, `{"id":"é"}`,
+	} {
+		c, ok := scanKeys(keys)
+		var want VoucherChange
+		err := json.Unmarshal([]byte(keys), &want)
+		if ok && (err != nil || !reflect.DeepEqual(c, want)) {
+			t.Errorf("%s: scanned %+v, json %+v (%v)", keys, c, want, err)
+		}
+		got, _, perr := parseKeys(keys)
+		if (perr == nil) != (err == nil) || (err == nil && !reflect.DeepEqual(got, want)) {
+			t.Errorf("%s: parsed %+v (%v), json %+v (%v)", keys, got, perr, want, err)
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		_, _ = scanKeys(`{"id" : "vch_2", "version" : 7, "sessionId" : "ses_2", "businessId" : null, "payerId" : "dev_2", "payeeId" : "ses_9"}`)
+	}); n != 0 {
+		t.Errorf("scanning keys allocates %v times", n)
 	}
 }

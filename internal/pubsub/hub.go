@@ -187,6 +187,49 @@ func (h *Hub) Publish(c VoucherChange) {
 	s.add(c, false)
 }
 
+// PublishNotification publishes the change a notification payload
+// (EncodeNotification's, or the statements' pg_notify) describes, as the
+// listener and the NATS bus hear it from other replicas. It reads the
+// keys first, without allocating, and copies the row out of the payload
+// only for a change someone here follows and the hub has not dispatched
+// at that version yet: most notifications a replica hears are for
+// vouchers nobody there follows, or its own changes coming back.
+func (h *Hub) PublishNotification(payload string) error {
+	c, row, err := parseKeys(payload)
+	if err != nil {
+		return err
+	}
+	if c.ID == "" {
+		return errors.New("pubsub: a change notification without an id")
+	}
+	if !h.interested(c) {
+		return nil
+	}
+	if row != "" && !h.dispatched(c) {
+		c.Row = json.RawMessage(row)
+	}
+	// The keys' strings share the payload's memory; the hub keeps them
+	// only while the change waits for its shard (what it remembers, the
+	// version memo, is keyed by the decoded or loaded voucher's id).
+	h.Publish(c)
+	return nil
+}
+
+// dispatched reports whether c's version was already dispatched, when that
+// can be told without waiting for the shard's lock (false otherwise).
+func (h *Hub) dispatched(c VoucherChange) bool {
+	if c.Version <= 0 {
+		return false
+	}
+	s := h.shardFor(c.ID)
+	if !s.sendMu.TryLock() {
+		return false
+	}
+	last, ok := s.seen.get(c.ID)
+	s.sendMu.Unlock()
+	return ok && c.Version <= last
+}
+
 // Resync sends what this replica may have missed after changes could have
 // been lost (a LISTEN connection that dropped, a replica that went silent
 // or dropped notifications): every followed voucher is loaded, and so is
@@ -318,8 +361,26 @@ type Event struct {
 	// the last one a subscriber saw.
 	Resync bool
 
-	mu      sync.Mutex
-	renders []*rendering
+	mu sync.Mutex
+	// first is the first selection's rendering, in the event itself: a
+	// change is rarely followed with more than one selection, and then
+	// claiming it allocates nothing. more holds the others.
+	first    rendering
+	hasFirst bool
+	more     []*rendering
+}
+
+// find is key's rendering (e.mu held).
+func (e *Event) find(key string) *rendering {
+	if e.hasFirst && e.first.key == key {
+		return &e.first
+	}
+	for _, r := range e.more {
+		if r.key == key {
+			return r
+		}
+	}
+	return nil
 }
 
 type rendering struct {
@@ -338,16 +399,21 @@ type rendering struct {
 // allocates nothing to ask.
 func (e *Event) Claim(key string) (data []byte, ok, first bool) {
 	e.mu.Lock()
-	for _, r := range e.renders {
-		if r.key == key {
-			e.mu.Unlock()
-			r.done.Wait()
-			return r.data, r.ok, false
-		}
+	if r := e.find(key); r != nil {
+		e.mu.Unlock()
+		r.done.Wait()
+		return r.data, r.ok, false
 	}
-	r := &rendering{key: key}
+	var r *rendering
+	if !e.hasFirst {
+		e.hasFirst = true
+		r = &e.first
+	} else {
+		r = &rendering{}
+		e.more = append(e.more, r)
+	}
+	r.key = key
 	r.done.Add(1)
-	e.renders = append(e.renders, r)
 	e.mu.Unlock()
 	return nil, false, true
 }
@@ -357,13 +423,7 @@ func (e *Event) Claim(key string) (data []byte, ok, first bool) {
 // when it does not share (it failed, or it panicked).
 func (e *Event) Publish(key string, data []byte, ok bool) {
 	e.mu.Lock()
-	var r *rendering
-	for _, x := range e.renders {
-		if x.key == key {
-			r = x
-			break
-		}
-	}
+	r := e.find(key)
 	e.mu.Unlock()
 	if r == nil {
 		return

@@ -590,3 +590,49 @@ func TestInProcessChangeIsHandedOverByThePublisher(t *testing.T) {
 		t.Fatalf("%d loads for changes that carried their state", n)
 	}
 }
+
+// A notification heard from another replica (PublishNotification) is
+// dispatched from its row when someone here follows it, dropped when nobody
+// does or when its version was already dispatched, and refused when it is
+// not a change.
+func TestPublishNotification(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{})
+	s := h.Subscribe(ByVoucher, "vch_1")
+	defer s.Close()
+	payload := func(id string, version int) string {
+		row := fmt.Sprintf(`{"id":%q,"version":%d,"status":"REDEEMED","session_id":"ses_1","payer_id":"dev_p","payee_id":"ses_x"}`, id, version)
+		p, err := EncodeNotification(VoucherChange{ID: id, Version: version, SessionID: "ses_1", PayerID: "dev_p", PayeeID: "ses_x"}, []byte(row))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	if err := h.PublishNotification(payload("vch_1", 2)); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, s); ev.Voucher.Version != 2 || ev.Voucher.Status != "REDEEMED" {
+		t.Fatalf("got %+v", ev.Voucher)
+	}
+	// The same version again (this replica's own change coming back), and
+	// a voucher nobody here follows: nothing, and nothing loaded.
+	for _, p := range []string{payload("vch_1", 2), payload("vch_9", 5)} {
+		if err := h.PublishNotification(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	nothing(t, s)
+	// PostgreSQL's spacing, keys only: loaded.
+	l.set("vch_1", "ses_1", "", 3)
+	if err := h.PublishNotification(`{"id" : "vch_1", "version" : 3, "sessionId" : "ses_1", "businessId" : null}`); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, s); ev.Voucher.Version != 3 || l.loads.Load() != 1 {
+		t.Fatalf("keys only: version %d after %d loads", ev.Voucher.Version, l.loads.Load())
+	}
+	for _, bad := range []string{"not json", `{"version":4}`, ""} {
+		if err := h.PublishNotification(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}

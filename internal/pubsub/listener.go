@@ -223,12 +223,9 @@ func (l *Listener) run(ctx context.Context) {
 				h(n.Extra)
 				continue
 			}
-			c, err := ParseNotification(n.Extra)
-			if err != nil || c.ID == "" {
+			if err := l.hub.PublishNotification(n.Extra); err != nil {
 				log.Error("pubsub: malformed voucher change notification", "bytes", len(n.Extra))
-				continue
 			}
-			l.hub.Publish(c)
 		}
 	}
 }

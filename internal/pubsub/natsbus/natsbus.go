@@ -318,12 +318,9 @@ func (b *Bus) subscribe() error {
 		if m.Subject == b.changes {
 			return // this replica's own: its hub had it in process
 		}
-		c, err := pubsub.ParseNotification(string(m.Data))
-		if err != nil || c.ID == "" {
+		if err := b.hub.PublishNotification(string(m.Data)); err != nil {
 			b.opts.Log.Error("pubsub: malformed voucher change notification", "bytes", len(m.Data))
-			return
 		}
-		b.hub.Publish(c)
 	})
 	if err != nil {
 		return fmt.Errorf("natsbus: subscribe: %w", err)
