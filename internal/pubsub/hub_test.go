@@ -636,3 +636,50 @@ func TestPublishNotification(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkHeardNotification is what a replica spends on a notification
+// it hears: for a voucher nobody there follows (most of them), and for its
+// own change coming back (a version already dispatched).
+//
+//	go test ./internal/pubsub -run '^$' -bench HeardNotification -benchmem
+func BenchmarkHeardNotification(b *testing.B) {
+	row := []byte(`{"id":"vch_01JDQ4Z8K2M3N4P5Q6R7S8T9V0","version":3,"status":"NEGOTIATED","code":"123456","session_id":"ses_01JDQ4Z8K2M3N4P5Q6R7S8T9V0",` +
+		`"payer_id":"dev_01JDQ4Z8K2M3N4P5Q6R7S8T9V0","payee_id":"ses_01JDQ4Z8K2M3N4P5Q6R7S8T9V0","business_id":null,"payee_info":null,` +
+		`"created_at":"2026-11-21T20:59:15.500218+01:00","updated_at":"2026-11-21T20:59:16.500218+01:00","expires_at":"2026-11-21T21:59:15.500218+01:00",` +
+		`"expected_payment":{"id":"pmt_1","amount":"12.5","network":"ethereum","currency":"USDC","currency_address":"0xA0b86991c6218b36c1d19D4a2e9Eb0cE3606eB48"}}`)
+	c := VoucherChange{ID: "vch_01JDQ4Z8K2M3N4P5Q6R7S8T9V0", Version: 3, SessionID: "ses_01JDQ4Z8K2M3N4P5Q6R7S8T9V0",
+		PayerID: "dev_01JDQ4Z8K2M3N4P5Q6R7S8T9V0", PayeeID: "ses_01JDQ4Z8K2M3N4P5Q6R7S8T9V0"}
+	p, err := EncodeNotification(c, row)
+	if err != nil {
+		b.Fatal(err)
+	}
+	payload := string(p)
+	for _, followed := range []bool{false, true} {
+		name := "unfollowed"
+		if followed {
+			name = "own-echo"
+		}
+		b.Run(name, func(b *testing.B) {
+			h := NewHub(newFakeLoader(), Options{Log: discardLog()})
+			defer h.Close()
+			if followed {
+				s := h.Subscribe(ByVoucher, c.ID)
+				defer s.Close()
+				v, err := DecodeRow(row)
+				if err != nil {
+					b.Fatal(err)
+				}
+				h.Publish(c.WithState(v))
+				if _, err := s.TryNext(); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			for range b.N {
+				if err := h.PublishNotification(payload); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
