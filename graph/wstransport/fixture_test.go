@@ -33,6 +33,7 @@ const sdl = `
 type Query { hello: String! fail: String! }
 type Subscription {
 	events(topic: String!): String!
+	directEvents(topic: String!): String!
 	blockingEvents(topic: String!): String!
 	denied: String!
 	failing(topic: String!): String!
@@ -109,7 +110,7 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	}
 	m := s.broker.subscribe(topic)
 	var ready func()
-	if f.Name == "events" {
+	if f.Name == "events" || f.Name == "directEvents" {
 		// Lean: the mailbox closes through the transport's hook (failing's
 		// through context.AfterFunc, which works for lean ones too).
 		ready = wstransport.ReadyFromContext(ctx)
@@ -120,7 +121,7 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 	} else {
 		context.AfterFunc(ctx, m.close)
 	}
-	return func(ctx context.Context) *graphql.Response {
+	h := func(ctx context.Context) *graphql.Response {
 		for {
 			v, ok, closed := m.try()
 			switch {
@@ -140,6 +141,10 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 			}
 		}
 	}
+	if f.Name == "directEvents" && !wstransport.HandleDirectly(ctx, h) {
+		panic("HandleDirectly refused a lean operation")
+	}
+	return h
 }
 
 // broker is a tiny pubsub: mailboxes that queue values and signal.
@@ -239,6 +244,9 @@ type server struct {
 	srv      *httptest.Server
 	url      string
 	inflight atomic.Int64 // HTTP handlers running now
+	// wrapped counts the calls of operations' handlers that went through
+	// the executor's per-call wrapper (its response middleware).
+	wrapped atomic.Int64
 }
 
 // validToken is the only token the test InitFunc accepts.
@@ -277,6 +285,10 @@ func newServer(t testing.TB, opts wstransport.Options, wrap ...func(http.Handler
 	h := handler.New(&schema{s: sch, broker: s.broker})
 	h.AddTransport(s.tr)
 	h.AddTransport(transport.POST{})
+	h.AroundResponses(func(ctx context.Context, next graphql.ResponseHandler) *graphql.Response {
+		s.wrapped.Add(1)
+		return next(ctx)
+	})
 	h.SetErrorPresenter(present)
 	h.SetRecoverFunc(func(_ context.Context, v any) error { return fmt.Errorf("internal error: %v", v) })
 	var next http.Handler = h

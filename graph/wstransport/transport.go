@@ -18,7 +18,10 @@
 //     bounded worker pool calls its graphql.ResponseHandler (which then
 //     returns at once) and writes the frame. Nor does it keep gqlgen's
 //     per-operation state: its handler runs with the operation's own
-//     context, and OnEnd releases what it holds when it ends. Operations
+//     context, and OnEnd releases what it holds when it ends. With
+//     HandleDirectly the handler is called without gqlgen's wrapper per
+//     call (a response context, the response middleware, the extensions:
+//     most of what a delivery allocated). Operations
 //     that do not opt in (queries, other subscriptions) run on a goroutine
 //     each, as in gqlgen.
 //

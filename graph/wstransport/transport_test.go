@@ -666,3 +666,45 @@ func stableGoroutines() int {
 	}
 	return last
 }
+
+// A lean subscription whose handler was given to HandleDirectly is called
+// without the executor's per-call wrapper (its response middleware never
+// runs for it), skips stale events with the shared idle response, and ends
+// as any other.
+func TestHandleDirectly(t *testing.T) {
+	for _, direct := range []bool{true, false} {
+		t.Run(fmt.Sprintf("direct=%v", direct), func(t *testing.T) {
+			s := newServer(t, wstransport.Options{})
+			c := dial(t, s.url, transportWS)
+			c.send(msg{Type: "connection_init", Payload: payload(map[string]string{"Authorization": validToken})})
+			if m := <-c.msgs; m.Type != "connection_ack" {
+				t.Fatalf("first message %s", m.Type)
+			}
+			field := "events"
+			if direct {
+				field = "directEvents"
+			}
+			c.subscribe("1", fmt.Sprintf(`subscription { e: %s(topic: "a") }`, field))
+			waitFor(t, 2*time.Second, "subscribed", func() bool { return s.broker.count("a") == 1 })
+			waitFor(t, 2*time.Second, "lean", func() bool { return s.tr.Stats().LeanOperations == 1 })
+			before := s.wrapped.Load()
+			for _, v := range []string{"x", "skip", "y"} {
+				s.broker.publish("a", v)
+			}
+			for _, want := range []string{"x", "y"} {
+				if got := c.value("1"); got != want {
+					t.Fatalf("got %q, want %q", got, want)
+				}
+			}
+			if n := s.wrapped.Load() - before; direct != (n == 0) {
+				t.Fatalf("direct=%v: %d calls through the executor's wrapper", direct, n)
+			}
+			c.stop("1")
+			c.expect("complete", "1")
+			waitFor(t, 2*time.Second, "unsubscribed", func() bool { return s.broker.count("a") == 0 })
+			if st := s.tr.Stats(); st.Operations != 0 || st.LeanOperations != 0 {
+				t.Fatalf("stats after stop: %+v", st)
+			}
+		})
+	}
+}
