@@ -202,10 +202,10 @@ func (h *Hub) PublishNotification(payload string) error {
 	if c.ID == "" {
 		return errors.New("pubsub: a change notification without an id")
 	}
-	if !h.interested(c) {
-		return nil
+	if !h.interested(c) || h.dispatched(c) {
+		return nil // as Publish would: nobody to send it to, or sent
 	}
-	if row != "" && !h.dispatched(c) {
+	if row != "" {
 		c.Row = json.RawMessage(row)
 	}
 	// The keys' strings share the payload's memory; the hub keeps them
