@@ -368,6 +368,10 @@ type Event struct {
 	first    rendering
 	hasFirst bool
 	more     []*rendering
+	// published is first once Publish gave it its bytes: the many
+	// subscribers of one selection (a business's dashboards) read it
+	// without taking mu, which they would otherwise queue on.
+	published atomic.Pointer[rendering]
 }
 
 // find is key's rendering (e.mu held).
@@ -398,6 +402,9 @@ type rendering struct {
 // Publish take no function, so a caller behind an interface (graph/engine)
 // allocates nothing to ask.
 func (e *Event) Claim(key string) (data []byte, ok, first bool) {
+	if r := e.published.Load(); r != nil && r.key == key {
+		return r.data, r.ok, false
+	}
 	e.mu.Lock()
 	if r := e.find(key); r != nil {
 		e.mu.Unlock()
@@ -429,6 +436,9 @@ func (e *Event) Publish(key string, data []byte, ok bool) {
 		return
 	}
 	r.data, r.ok = data, ok
+	if r == &e.first {
+		e.published.Store(r)
+	}
 	r.done.Done()
 }
 
