@@ -224,11 +224,13 @@ func asInt(v any) (int, bool) {
 // asking for key, Claim answers one first (it renders, and hands the
 // result to Publish exactly once, ok false when not to share) and the
 // others, after waiting for Publish, what it published. (pubsub.Event is
-// one.) No function crosses the interface: a closure passed through it
-// would be allocated per subscriber and event.
+// one.) What is published is the engine's (a *graphql.Response, shared
+// read-only); the event only hands it on. No function crosses the
+// interface: a closure passed through it would be allocated per
+// subscriber and event.
 type Shared interface {
-	Claim(key string) (data []byte, ok, first bool)
-	Publish(key string, data []byte, ok bool)
+	Claim(key string) (data any, ok, first bool)
+	Publish(key string, data any, ok bool)
 }
 
 // Stream is one subscription's source of values, kept by the door: what
@@ -355,11 +357,17 @@ func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql
 	}
 	key := run.shape.Value()
 	data, ok, first := ev.Claim(key)
+	shared, _ := data.(*graphql.Response)
 	switch {
 	case first:
 		return run.renderShared(ctx, v, ev, key)
-	case ok:
-		return &graphql.Response{Data: data}
+	case ok && shared != nil && run.direct:
+		// The transport only reads it (HandleDirectly): one response for
+		// every subscriber of the selection.
+		return shared
+	case ok && shared != nil:
+		// The executor's wrapper writes into what it is given.
+		return &graphql.Response{Data: shared.Data}
 	default:
 		return run.produceOwn(ctx, v)
 	}
@@ -397,8 +405,14 @@ func (run *subRun[V, S, P]) renderShared(ctx context.Context, v V, ev Shared, ke
 	if own == nil || len(own.Errors) > 0 || (!run.direct && len(graphql.GetErrors(ctx)) > 0) {
 		return own
 	}
-	// produce's buffer is its own: nothing writes to it again.
-	ev.Publish(key, own.Data, true)
+	// produce's buffer is its own: nothing writes to it again. Without
+	// the executor's wrapper (direct) nothing writes to own either, so
+	// it is shared itself; otherwise a response of its own is.
+	shared := own
+	if !run.direct {
+		shared = &graphql.Response{Data: own.Data}
+	}
+	ev.Publish(key, shared, true)
 	published = true
 	return own
 }

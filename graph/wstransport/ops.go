@@ -145,7 +145,9 @@ var idleDirect graphql.Response
 // for a subscription event that is sent as rendered bytes); h is called
 // without them, with the operation's context, so it must run what it
 // renders under a response context (graphql.WithResponseContext) and put
-// that context's errors into the response itself. Call it from the
+// that context's errors into the response itself. The transport only
+// reads the responses h returns, so h may return one response to several
+// operations (subscribers of one rendering). Call it from the
 // operation's ExecutableSchema.Exec (or its resolver), before Exec
 // returns. It reports false, doing nothing, outside this transport or
 // for an operation that is not lean.

@@ -390,7 +390,9 @@ func (e *Event) find(key string) *rendering {
 type rendering struct {
 	key  string
 	done sync.WaitGroup // Publish is done
-	data []byte
+	// data is what the renderer published (the engine's rendered
+	// response); read-only once published.
+	data any
 	ok   bool
 }
 
@@ -398,10 +400,11 @@ type rendering struct {
 // fingerprint). Of all the event's subscribers asking for key, the first
 // gets first = true: it renders the event and hands the result to Publish.
 // Every other waits for that and gets data and ok; ok is false when the
-// first declined to share (each caller then renders for itself). Claim and
-// Publish take no function, so a caller behind an interface (graph/engine)
-// allocates nothing to ask.
-func (e *Event) Claim(key string) (data []byte, ok, first bool) {
+// first declined to share (each caller then renders for itself). What data
+// is, the renderer decides (graph/engine publishes its response); the hub
+// only hands it on. Claim and Publish take no function, so a caller behind
+// an interface (graph/engine) allocates nothing to ask.
+func (e *Event) Claim(key string) (data any, ok, first bool) {
 	if r := e.published.Load(); r != nil && r.key == key {
 		return r.data, r.ok, false
 	}
@@ -428,7 +431,7 @@ func (e *Event) Claim(key string) (data []byte, ok, first bool) {
 // Publish hands the rendering for key to the subscribers waiting in Claim.
 // The caller Claim answered first must call it exactly once, with ok false
 // when it does not share (it failed, or it panicked).
-func (e *Event) Publish(key string, data []byte, ok bool) {
+func (e *Event) Publish(key string, data any, ok bool) {
 	e.mu.Lock()
 	r := e.find(key)
 	e.mu.Unlock()

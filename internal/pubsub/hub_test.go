@@ -185,10 +185,12 @@ func TestOneLoadAndOneRenderPerChange(t *testing.T) {
 func renderShared(ev *Event, key string, render func() ([]byte, bool)) ([]byte, bool) {
 	data, ok, first := ev.Claim(key)
 	if first {
-		data, ok = render()
-		ev.Publish(key, data, ok)
+		b, ok := render()
+		ev.Publish(key, b, ok)
+		return b, ok
 	}
-	return data, ok
+	b, _ := data.([]byte)
+	return b, ok
 }
 
 func TestVersionsNeverGoBackOrRepeat(t *testing.T) {
