@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +37,10 @@ type subSet struct {
 // openSubs opens n connections, connection i to url(i), with parallel dialers. For GraphQL
 // (token != nil) each sends connection_init and the subscriptions ops(i)
 // returns; for the bare floor (token == nil) it only connects. h receives
-// every data message with the connection's index.
-func openSubs(ctx context.Context, url func(i int) string, token *string, n, parallel int, ops func(i int) []op, h func(i int, m wsclient.Message, at time.Time)) (*subSet, error) {
+// every data message (the frame as read, valid during the call only: each
+// connection reads into one buffer it reuses, wsclient.RunFrames) with the
+// connection's index and the time it was read.
+func openSubs(ctx context.Context, url func(i int) string, token *string, n, parallel int, ops func(i int) []op, h func(i int, frame []byte, at time.Time)) (*subSet, error) {
 	s := &subSet{conns: make([]*wsclient.Conn, n), connect: stats.NewRecorder(n)}
 	var next atomic.Int64
 	var firstErr error
@@ -69,9 +73,9 @@ func openSubs(ctx context.Context, url func(i int) string, token *string, n, par
 					defer s.wg.Done()
 					var err error
 					if token != nil {
-						err = c.Run(func(m wsclient.Message, at time.Time) { h(i, m, at) })
+						err = c.RunFrames(func(frame []byte, at time.Time) { h(i, frame, at) })
 					} else {
-						err = c.RunRaw(func(data []byte, at time.Time) { h(i, wsclient.Message{Type: "raw", Raw: data}, at) })
+						err = c.RunRaw(func(frame []byte, at time.Time) { h(i, frame, at) })
 					}
 					if err != nil {
 						s.broken.Add(1)
@@ -142,8 +146,14 @@ type update struct {
 	Errors []json.RawMessage `json:"errors"`
 }
 
-func parseUpdate(m wsclient.Message) (update, error) {
+// parseUpdate decodes a data message; the readers use voucherUpdate, and
+// this for what it does not read (an error, a message of another type).
+func parseUpdate(frame []byte) (update, error) {
 	var u update
+	var m wsclient.Message
+	if err := json.Unmarshal(frame, &m); err != nil {
+		return u, err
+	}
 	if m.Type != "next" {
 		return u, fmt.Errorf("%s: %s", m.Type, m.Payload)
 	}
@@ -154,6 +164,31 @@ func parseUpdate(m wsclient.Message) (update, error) {
 		return u, fmt.Errorf("subscription error: %s", u.Errors[0])
 	}
 	return u, nil
+}
+
+// voucherUpdate reads a voucherUpdated "next" message's voucher id (a
+// slice of frame) and version without decoding it or allocating (the
+// subscribers read a thousand a second beside the service: their garbage
+// must not be part of its tail). ok is false for anything else, an error
+// included; the caller then decodes it with parseUpdate to say what it was.
+func voucherUpdate(frame []byte) (id []byte, version int, ok bool) {
+	if string(wsclient.MessageType(frame)) != "next" || bytes.Contains(frame, []byte(`"errors"`)) {
+		return nil, 0, false
+	}
+	const key = `"voucherUpdated"`
+	i := bytes.Index(frame, []byte(key))
+	if i < 0 {
+		return nil, 0, false
+	}
+	obj := frame[i+len(key):]
+	end := bytes.IndexByte(obj, '}') // the selection has no nested object
+	if end < 0 {
+		return nil, 0, false
+	}
+	obj = obj[:end]
+	id = wsclient.StringField(obj, "id")
+	version, ok = wsclient.IntField(obj, "version")
+	return id, version, ok && id != nil
 }
 
 func (s *pgScenarios) wsURL() string { return "ws://" + s.svc.Addr + "/graphql" }
@@ -322,14 +357,14 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		func(i int) []op {
 			return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
 		},
-		func(i int, m wsclient.Message, at time.Time) {
-			u, err := parseUpdate(m)
-			if err != nil || u.Data.VoucherUpdated.ID != ids[i] {
+		func(i int, frame []byte, at time.Time) {
+			id, ver, ok := voucherUpdate(frame)
+			if !ok || string(id) != ids[i] {
+				_, err := parseUpdate(frame)
 				bad.Add(1)
-				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v (want %s) %.200s", err, ids[i], frame))
 				return
 			}
-			ver := u.Data.VoucherUpdated.Version
 			mu.Lock()
 			defer mu.Unlock()
 			if recvs[i] == nil {
@@ -363,6 +398,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	writers := newLeanPool(t.svc.Addr)
 	defer writers.Close()
 	busy := proc.MachineBusy()
+	self := selfGC()
 	disk := func() []report.Figure { return nil }
 	if t.flushDir != "" {
 		disk = flushWatch(t.flushDir)
@@ -423,6 +459,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		floorSlices++
 	}
 	machineBusy := busy()
+	selfFigures := self(n + floorSent)
 	diskFigures := disk()
 	// Let the last updates arrive (up to 2 s: a coalesced version never
 	// does, and then the wait runs out).
@@ -536,7 +573,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				{Name: "answers without a commit stamp (measured from the answer)", Value: float64(unstamped[side]), Unit: ""},
 				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
 				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
-			}, diskFigures...)})
+			}, append(selfFigures, diskFigures...)...)})
 	}
 	return nil
 }
@@ -716,20 +753,21 @@ func (s *pgScenarios) fanoutService(ctx context.Context, n int, cleanup *[]func(
 		func(int) []op {
 			return []op{{id: "1", query: `subscription($b: ID!) { voucherUpdated(businessId: $b) ` + voucherSelection + ` }`, vars: map[string]any{"b": biz}}}
 		},
-		func(i int, m wsclient.Message, at time.Time) {
-			u, err := parseUpdate(m)
-			if err != nil {
+		func(i int, raw []byte, at time.Time) {
+			id, ver, ok := voucherUpdate(raw)
+			if !ok {
+				_, err := parseUpdate(raw)
 				bad.Add(1)
-				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, raw))
 				return
 			}
-			if u.Data.VoucherUpdated.ID != v.ID {
+			if string(id) != v.ID {
 				return
 			}
 			mu.Lock()
-			byVersion[u.Data.VoucherUpdated.Version] = append(byVersion[u.Data.VoucherUpdated.Version], at)
+			byVersion[ver] = append(byVersion[ver], at)
 			if frame == nil {
-				frame = append([]byte(nil), m.Raw...)
+				frame = append([]byte(nil), raw...)
 			}
 			mu.Unlock()
 		})
@@ -809,7 +847,7 @@ func (s *pgScenarios) fanoutFloor(ctx context.Context, n int, frame []byte, clea
 	var mu sync.Mutex
 	seen := make([]int, n)
 	byEvent := map[int][]time.Time{}
-	subs, err := openSubs(ctx, func(int) string { return "ws://" + addr + "/ws" }, nil, n, 32, nil, func(i int, m wsclient.Message, at time.Time) {
+	subs, err := openSubs(ctx, func(int) string { return "ws://" + addr + "/ws" }, nil, n, 32, nil, func(i int, _ []byte, at time.Time) {
 		mu.Lock()
 		seen[i]++
 		byEvent[seen[i]] = append(byEvent[seen[i]], at)
@@ -917,7 +955,7 @@ func (s *pgScenarios) idle(ctx context.Context) {
 				}
 				return ops
 			},
-			func(int, wsclient.Message, time.Time) { msgs.Add(1) })
+			func(int, []byte, time.Time) { msgs.Add(1) })
 		if err != nil {
 			return err
 		}
@@ -999,3 +1037,31 @@ func b2f(b bool) float64 {
 	}
 	return 0
 }
+
+// selfGC starts counting the bench process's own heap allocations and
+// garbage collections (its load generator, its subscribers, and the
+// NOTIFY floor's client, which run in it beside the service); the
+// function it returns reports them over the phase, per transition sent.
+// A collection stops the subscribers' reads as it stops the service's
+// writes, so these say how much of a tail the bench could be adding.
+func selfGC() func(sent int) []report.Figure {
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	return func(sent int) []report.Figure {
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		var worst uint64
+		for c := before.NumGC; c < after.NumGC && after.NumGC-c <= 256; c++ {
+			worst = max(worst, after.PauseNs[c%256])
+		}
+		return []report.Figure{
+			{Name: SelfAllocsFigure, Value: float64(after.Mallocs-before.Mallocs) / float64(max(sent, 1)), Unit: ""},
+			{Name: "bench process: garbage collections during the phase", Value: float64(after.NumGC - before.NumGC), Unit: ""},
+			{Name: "bench process: longest stop-the-world pause", Value: float64(worst) / 1e6, Unit: "ms"},
+		}
+	}
+}
+
+// SelfAllocsFigure is the bench process's heap allocations per transition
+// sent during a commit→subscriber phase (selfGC).
+const SelfAllocsFigure = "bench process: heap allocations per transition sent (load generator, subscribers, floor client)"
