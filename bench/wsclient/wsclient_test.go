@@ -27,7 +27,7 @@ func TestFields(t *testing.T) {
 	// What a decoder reads, the scan reads (spaces around the colon too).
 	spaced := []byte(`{ "type" : "ping", "payload" : { "n" : 7 } }`)
 	var m struct {
-		Type    string `json:"type"`
+		Type    string          `json:"type"`
 		Payload struct{ N int } `json:"payload"`
 	}
 	if err := json.Unmarshal(spaced, &m); err != nil {
