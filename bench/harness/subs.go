@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -329,123 +330,78 @@ func (h *Harness) sqliteCommitToClient(ctx context.Context, api *API, svc *Proce
 // commit (the instant the database returned it to the service, which the
 // answer carries in Server-Timing: voucher.CommitStamp; the harness and the
 // service read the same machine clock) to the subscriber reading the
-// update: the span the floor measures, from its own commit's return. The
+// update: the span the floors measure, from their own commit's return. The
 // writer's answer→subscriber time (what this figure was until 2026-11-27:
 // shorter by the service's work after commit and the answer's hop) and the
 // write→subscriber time (from sending the request: the upper bound) are
 // reported beside it.
+//
+// On two replicas (unless t.noFloor) two floors take turns with the
+// service, slice by slice at the same rate: the HTTP floor (floor.C2C: the
+// same negotiate request, one transaction writing a row and NOTIFYing,
+// the frame written to the subscriber in process or by a listening second
+// process; read by the same subscribers' code, c2cSide), which is what the
+// targets are ratios to, and the bare NOTIFY→LISTEN client (c2cFloor),
+// reported beside it.
 func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
-	k := len(t.ids)
-	ids := t.ids
-	remote := func(i int) bool { return t.replica != nil && i%2 == 1 }
-	url := func(i int) string {
-		if remote(i) {
-			return "ws://" + t.replica.Addr + "/graphql"
-		}
-		return "ws://" + t.svc.Addr + "/graphql"
+	other := ""
+	if t.replica != nil {
+		other = t.replica.Addr
 	}
-	// Each voucher's k-th negotiation after the initial state makes
-	// version initial+k; updates are matched to transitions by version,
-	// so a repeated or coalesced message cannot pair with the wrong one.
-	var mu sync.Mutex
-	initialVer := make([]int, k)
-	recvs := make([]map[int]time.Time, k)
-	var bad atomic.Int64
-	var badMsg atomic.Value
-	initial := atomic.Int64{}
-	subs, err := openSubs(ctx, url, &t.payer, k, 32,
-		func(i int) []op {
-			return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
-		},
-		func(i int, frame []byte, at time.Time) {
-			id, ver, ok := voucherUpdate(frame)
-			if !ok || string(id) != ids[i] {
-				_, err := parseUpdate(frame)
-				bad.Add(1)
-				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v (want %s) %.200s", err, ids[i], frame))
-				return
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if recvs[i] == nil {
-				recvs[i] = map[int]time.Time{}
-				initialVer[i] = ver
-				initial.Add(1)
-				return
-			}
-			if _, seen := recvs[i][ver]; !seen {
-				recvs[i][ver] = at
-			}
-		})
+	svc, err := openC2CSide(ctx, t.svc.Addr, other, t.payer, t.ids)
 	if err != nil {
 		return err
 	}
-	defer subs.close()
-	if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
-		return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
+	defer svc.close()
+	var fl *c2cFloor
+	var hf *c2cHTTPFloor
+	var hfErr error
+	if t.replica != nil && !t.noFloor {
+		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
+			return err
+		}
+		defer fl.close()
+		svc.mu.Lock()
+		frame, fid, fver := svc.frame, svc.frameID, svc.frameVer
+		svc.mu.Unlock()
+		hfErr = guard(func() error {
+			var err error
+			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.ids, frame, fid, fver)
+			return err
+		})
+		if hf != nil {
+			defer hf.close()
+		}
 	}
-	// t0: request sent; t1: answer read; tc: the service's commit (its
-	// Server-Timing stamp, same machine clock), zero if it sent none.
-	type sent struct{ t0, t1, tc time.Time }
-	sends := make([][]sent, k)
 	prof := h.profile(t.pprof, t.id)
 	smp := sampler(t.svc, true)
 	var rsmp *proc.Sampler
 	if t.replica != nil {
 		rsmp = sampler(t.replica, true)
 	}
-	neg := stats.NewRecorder(0)
-	writers := newLeanPool(t.svc.Addr)
-	defer writers.Close()
+	// The bench's own collector stays off while the sides take turns
+	// (quietGC): its pauses stop the subscribers' reads and the load
+	// generator, which is the bench measuring itself.
+	defer quietGC()()
 	busy := proc.MachineBusy()
 	self := selfGC()
 	disk := func() []report.Figure { return nil }
 	if t.flushDir != "" {
 		disk = flushWatch(t.flushDir)
 	}
-	// On PostgreSQL the service takes turns with the floor (c2cFloor) in
-	// slices, at the same rate, so both see the same machine and disk.
-	var fl *c2cFloor
-	if t.replica != nil && !t.noFloor {
-		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
-			return err
-		}
-		defer fl.close()
-	}
 	slice := h.cfg.Duration
 	if fl != nil {
 		slice = c2cSlice
 	}
 	var (
-		n            int
-		errs         = stats.NewRecorder(0)
-		lag          stats.Summary
-		elapsed      time.Duration
 		floorSent    int
 		floorErrs    = stats.NewRecorder(0)
 		floorSlices  int
 		floorSkipped int
+		httpSlices   int
 	)
-	for elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
-		base := n
-		sn, serrs, slag, sel := OpenLoop(ctx, h.cfg.C2CRate, slice, 512, func(ctx context.Context, i int) error {
-			v := (base + i) % k
-			t0 := time.Now()
-			_, tc, err := writers.okCommitted(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody)
-			if err != nil {
-				return err
-			}
-			t1 := time.Now()
-			neg.Add(t1.Sub(t0))
-			mu.Lock()
-			sends[v] = append(sends[v], sent{t0, t1, tc})
-			mu.Unlock()
-			return nil
-		})
-		n += sn
-		errs.Merge(serrs)
-		elapsed += sel
-		lag.P99 = max(lag.P99, slag.P99)
+	for svc.elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
+		svc.slice(ctx, h.cfg.C2CRate, slice, false)
 		if fl == nil {
 			continue
 		}
@@ -453,28 +409,36 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			floorSkipped++
 			continue
 		}
+		if hf != nil && hfErr == nil {
+			if !hf.payloadSent {
+				// Its first turn: the payload, then an unrecorded
+				// warm-up (its pool's connections open on first use;
+				// the service's are warm from the groups before).
+				if hfErr = hf.setPayload(ctx, fl.capturedPayload()); hfErr == nil {
+					hf.side.slice(ctx, h.cfg.C2CRate, h.cfg.Warmup, true)
+				}
+			}
+			if hfErr == nil {
+				hf.side.slice(ctx, h.cfg.C2CRate, slice, false)
+				httpSlices++
+			}
+		}
 		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
 		floorSent += fn
 		floorErrs.Merge(ferrs)
 		floorSlices++
 	}
 	machineBusy := busy()
-	selfFigures := self(n + floorSent)
+	sent := svc.n + floorSent
+	if hf != nil {
+		sent += hf.side.n
+	}
+	selfFigures := self(sent)
 	diskFigures := disk()
 	// Let the last updates arrive (up to 2 s: a coalesced version never
 	// does, and then the wait runs out).
 	waitFor(ctx, 2*time.Second, func() bool {
-		if fl != nil && !fl.allRead() {
-			return false
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for v := range sends {
-			if len(recvs[v]) < len(sends[v]) {
-				return false
-			}
-		}
-		return true
+		return svc.allRead() && (fl == nil || fl.allRead()) && (hf == nil || hf.side.allRead())
 	})
 	usage := stopSampler(smp, t.svc, true)
 	var rusage *proc.Usage
@@ -482,35 +446,10 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		rusage = stopSampler(rsmp, t.replica, true)
 	}
 	prof()
-	mu.Lock()
-	defer mu.Unlock()
-	var c2c, a2c, w2c [2][]time.Duration
-	var missing [2]int64
-	var unstamped [2]int64
-	for v := range sends {
-		side := 0
-		if remote(v) {
-			side = 1
-		}
-		for j, snd := range sends[v] {
-			at, ok := recvs[v][initialVer[v]+j+1]
-			if !ok {
-				missing[side]++
-				continue
-			}
-			from := snd.tc
-			if from.IsZero() {
-				from = snd.t1
-				unstamped[side]++
-			}
-			c2c[side] = append(c2c[side], max(at.Sub(from), 0))
-			a2c[side] = append(a2c[side], max(at.Sub(snd.t1), 0))
-			w2c[side] = append(w2c[side], at.Sub(snd.t0))
-		}
-	}
-	ns := neg.Summary(elapsed)
-	es := errs.Summary(elapsed)
-	achieved := float64(int64(n)-es.Errors) / elapsed.Seconds()
+
+	k := len(t.ids)
+	sp := svc.spans()
+	es := svc.errs.Summary(svc.elapsed)
 	sides := []struct {
 		id, name string
 		usage    *proc.Usage
@@ -525,57 +464,107 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		}{t.rid, t.rname, rusage, k / 2})
 	}
 	for side, x := range sides {
-		sum := stats.Summarize(c2c[side], missing[side], elapsed, nil)
+		res := svc.result(x.id, x.name, sp, side, x.subs, x.usage)
 		if side == 0 {
 			// Request errors and broken sockets are not attributed to a
 			// side; they count once, here.
-			sum.Errors += es.Errors + bad.Load() + subs.broken.Load()
-			sum.ErrorMsg = es.ErrorMsg
-			if v, _ := badMsg.Load().(string); v != "" {
-				sum.ErrorMsg = append(sum.ErrorMsg, v)
+			res.Latency.Errors += es.Errors + svc.bad.Load() + svc.subs.broken.Load()
+			res.Latency.ErrorMsg = es.ErrorMsg
+			if v, _ := svc.badMsg.Load().(string); v != "" {
+				res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
 			}
 		}
-		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
-		as := stats.Summarize(a2c[side], 0, elapsed, nil)
-		if side == 0 && fl != nil {
-			lats, fromSent, miss := fl.latencies()
-			ss := stats.Summarize(fromSent, 0, elapsed, nil)
-			fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
-			fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
-			note := ""
-			if floorSlices == 0 {
-				note = "no service notification carrying a row was seen to copy"
-			}
-			h.add(&report.Result{ID: c2cFloorID, Group: "subscriptions", Name: fmt.Sprintf("floor: NOTIFY in a committing transaction → LISTEN, %.0f/s", h.cfg.C2CRate),
-				Unit: "notification", Latency: &fsum, NotRun: note,
-				Figures: []report.Figure{
-					{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
-					{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
-					{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
-					{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
-					{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
-				}})
+		res.Figures = append(res.Figures, report.Figure{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"})
+		res.Figures = append(res.Figures, selfFigures...)
+		res.Figures = append(res.Figures, diskFigures...)
+		h.add(res)
+	}
+	if fl == nil {
+		return nil
+	}
+	lats, fromSent, miss := fl.latencies()
+	ss := stats.Summarize(fromSent, 0, svc.elapsed, nil)
+	fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
+	fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
+	note := ""
+	if floorSlices == 0 {
+		note = "no service notification carrying a row was seen to copy"
+	}
+	h.add(&report.Result{ID: c2cFloorID, Group: "subscriptions", Name: fmt.Sprintf("floor: NOTIFY in a committing transaction → LISTEN, %.0f/s", h.cfg.C2CRate),
+		Unit: "notification", Latency: &fsum, NotRun: note,
+		Figures: []report.Figure{
+			{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
+			{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
+			{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
+			{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
+			{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
+		}})
+	hname := func(path string) string {
+		return fmt.Sprintf("floor: HTTP negotiate → commit + NOTIFY → websocket, %s, %.0f/s", path, h.cfg.C2CRate)
+	}
+	switch {
+	case hfErr != nil || hf == nil:
+		why := "failed to start"
+		if hfErr != nil {
+			why = "failed: " + hfErr.Error()
 		}
-		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
-			Figures: append([]report.Figure{
-				{Name: "subscribers", Value: float64(x.subs), Unit: ""},
-				{Name: "transitions sent (all subscribers)", Value: float64(n), Unit: ""},
-				{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
-				{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
-				{Name: "updates delivered", Value: float64(len(c2c[side])), Unit: ""},
-				{Name: "updates missing", Value: float64(missing[side]), Unit: ""},
-				{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
-				{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
-				{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
-				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
-				{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
-				{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
-				{Name: "answers without a commit stamp (measured from the answer)", Value: float64(unstamped[side]), Unit: ""},
-				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
-				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
-			}, append(selfFigures, diskFigures...)...)})
+		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), why)
+		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), why)
+	case httpSlices == 0:
+		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), "no service notification carrying a row was seen to copy")
+		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), "no service notification carrying a row was seen to copy")
+	default:
+		hsp := hf.side.spans()
+		hes := hf.side.errs.Summary(hf.side.elapsed)
+		for side, id := range []string{c2cHTTPFloorID, c2cHTTPFloorReplicaID} {
+			res := hf.side.result(id, hname([]string{"same replica", "other replica"}[side]), hsp, side, []int{(k + 1) / 2, k / 2}[side], nil)
+			if side == 0 {
+				res.Latency.Errors += hes.Errors + hf.side.bad.Load() + hf.side.subs.broken.Load()
+				res.Latency.ErrorMsg = hes.ErrorMsg
+				if v, _ := hf.side.badMsg.Load().(string); v != "" {
+					res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
+				}
+			}
+			res.Group = "subscriptions"
+			res.Figures = append(res.Figures, report.Figure{Name: "slices (taking turns with the service)", Value: float64(httpSlices), Unit: ""})
+			h.add(res)
+		}
 	}
 	return nil
+}
+
+// The HTTP floor's results (c2cHTTPFloor): the same replica's path and the
+// other replica's.
+const (
+	c2cHTTPFloorID        = "ref-c2c-http-floor"
+	c2cHTTPFloorReplicaID = "ref-c2c-http-floor-replica"
+)
+
+// result is one path's (0: same replica, 1: other) figures of a side.
+func (s *c2cSide) result(id, name string, sp c2cSpans, side, subs int, usage *proc.Usage) *report.Result {
+	sum := stats.Summarize(sp.c2c[side], sp.missing[side], s.elapsed, nil)
+	ws := stats.Summarize(sp.w2c[side], 0, s.elapsed, nil)
+	as := stats.Summarize(sp.a2c[side], 0, s.elapsed, nil)
+	ns := s.neg.Summary(s.elapsed)
+	es := s.errs.Summary(s.elapsed)
+	achieved := float64(int64(ns.Count)) / s.elapsed.Seconds()
+	return &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage,
+		Figures: []report.Figure{
+			{Name: "subscribers", Value: float64(subs), Unit: ""},
+			{Name: "transitions sent (all subscribers)", Value: float64(ns.Count + es.Errors), Unit: ""},
+			{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
+			{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
+			{Name: "updates delivered", Value: float64(len(sp.c2c[side])), Unit: ""},
+			{Name: "updates missing", Value: float64(sp.missing[side]), Unit: ""},
+			{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
+			{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
+			{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
+			{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
+			{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
+			{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
+			{Name: "answers without a commit stamp (measured from the answer)", Value: float64(sp.unstamped[side]), Unit: ""},
+			{Name: "schedule lag p99", Value: ms(s.lagP99), Unit: "ms"},
+		}}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -1065,3 +1054,27 @@ func selfGC() func(sent int) []report.Figure {
 // SelfAllocsFigure is the bench process's heap allocations per transition
 // sent during a commit→subscriber phase (selfGC).
 const SelfAllocsFigure = "bench process: heap allocations per transition sent (load generator, subscribers, floor client)"
+
+// quietGC collects once and turns the bench process's garbage collector
+// off until the function it returns is called (which collects and
+// restores it). A commit→subscriber phase allocates a few tens of MB in
+// the bench (the lean readers one small object per frame, the load
+// generator and the NOTIFY floor's client a few dozen per transition), so
+// nothing needs collecting while it runs; with the collector on it ran
+// every 2 s, each time stopping the subscribers, the load generator and
+// the floor's client for up to 3.5 ms (selfGC's figures, "Issue 25, third
+// pass" in docs/performance.md). A memory limit 512 MiB above the live
+// heap stays as a backstop, so a phase that allocates more than expected
+// is collected rather than run out of memory.
+func quietGC() (restore func()) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	pct := debug.SetGCPercent(-1)
+	limit := debug.SetMemoryLimit(int64(m.HeapAlloc) + 512<<20)
+	return func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(limit)
+		runtime.GC()
+	}
+}
