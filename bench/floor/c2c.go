@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -25,11 +26,18 @@ import (
 // voucher's websocket subscriber" costs on this machine. Two floor
 // processes play the service's two replicas. The committing one answers
 // POST /api/v1/vouchers/{id}/negotiate-voucher: it decodes the body, runs
-// one transaction that UPDATEs the voucher's row of Table (RETURNING its
-// new version) and NOTIFYs Channel with the service's own notification
-// payload, commits, writes the voucher's frame to its subscriber if that
-// subscriber is on this process, and answers with the commit's instant in
-// Server-Timing (as the service does). The other one (Listen) LISTENs on
+// one statement that UPDATEs the voucher's row of Table (RETURNING its new
+// version; committed on its own, a durable commit waiting for its WAL
+// flush, as a transition's), writes the voucher's frame to its subscriber
+// if that subscriber is on this process, NOTIFYs Channel with the
+// service's own notification payload from a session with
+// synchronous_commit off, and answers with the commit's instant in
+// Server-Timing (as the service does). The NOTIFY is not in the committing
+// transaction for the reason the service's is not (pubsub.Notifier): a
+// notifying transaction holds a cluster-wide lock through its WAL flush,
+// so notifying commits go one flush at a time; it is sent at once, not
+// queued and batched as the service's notifier does, which is the least
+// latency a notification can have. The other one (Listen) LISTENs on
 // Channel and writes each notified change to its subscriber. Subscribers
 // connect to GET /graphql and speak just enough graphql-transport-ws
 // (connection_init, one subscribe with variables.id) to be the bench's
@@ -48,12 +56,14 @@ type C2C struct {
 
 // c2cServer is one floor replica.
 type c2cServer struct {
-	cfg     C2C
-	db      *sql.DB
-	tmpl    *frameTemplate
-	update  *sql.Stmt
-	notify  *sql.Stmt
-	current *sql.Stmt
+	cfg C2C
+	db  *sql.DB
+	// notifyDB is the same database with synchronous_commit off.
+	notifyDB *sql.DB
+	tmpl     *frameTemplate
+	update   *sql.Stmt
+	notify   *sql.Stmt
+	current  *sql.Stmt
 	// payload is the service's notification payload (POST /c2c/payload),
 	// sent with every NOTIFY; nil until the bench has captured one.
 	payload atomic.Pointer[string]
@@ -85,8 +95,8 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 	s := &c2cServer{cfg: cfg, db: db, tmpl: tmpl, subs: map[string]*c2cSub{}}
 	var closers []func()
 	cleanup := func() {
-		for _, c := range closers {
-			c()
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
 		}
 	}
 	prep := func(q string) (*sql.Stmt, error) {
@@ -121,10 +131,23 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		cleanup()
 		return nil, err
 	}
-	if s.notify, err = prep(`SELECT pg_notify($1, $2)`); err != nil {
+	ndsn, err := asyncCommit(dsn)
+	if err != nil {
 		cleanup()
 		return nil, err
 	}
+	if s.notifyDB, err = sql.Open("postgres", ndsn); err != nil {
+		cleanup()
+		return nil, err
+	}
+	closers = append(closers, func() { s.notifyDB.Close() })
+	s.notifyDB.SetMaxOpenConns(32)
+	s.notifyDB.SetMaxIdleConns(32)
+	if s.notify, err = s.notifyDB.PrepareContext(ctx, `SELECT pg_notify($1, $2)`); err != nil {
+		cleanup()
+		return nil, err
+	}
+	closers = append(closers, func() { s.notify.Close() })
 	mux.HandleFunc("POST /c2c/payload", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil || len(b) == 0 {
@@ -139,8 +162,8 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 	return cleanup, nil
 }
 
-// negotiate is the transition: decode, one transaction (UPDATE … RETURNING
-// the version, NOTIFY), commit, deliver in process, answer.
+// negotiate is the transition: decode, one UPDATE … RETURNING the
+// version (committed alone), deliver in process, NOTIFY, answer.
 func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
@@ -154,30 +177,34 @@ func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	ctx := r.Context()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	defer func() { _ = tx.Rollback() }()
 	var version int64
-	if err := tx.StmtContext(ctx, s.update).QueryRowContext(ctx, id).Scan(&version); err != nil {
+	if err := s.update.QueryRowContext(ctx, id).Scan(&version); err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
-		return
-	}
-	if _, err := tx.StmtContext(ctx, s.notify).ExecContext(ctx, s.cfg.Channel, id+" "+strconv.FormatInt(version, 10)+" "+*p); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	if err := tx.Commit(); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	committed := time.Now()
 	s.deliver(id, version)
+	if _, err := s.notify.ExecContext(ctx, s.cfg.Channel, id+" "+strconv.FormatInt(version, 10)+" "+*p); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Server-Timing", `commit;desc="`+strconv.FormatInt(committed.UnixNano(), 10)+`"`)
 	fmt.Fprintf(w, `{"id":%q,"version":%d}`, id, version)
+}
+
+// asyncCommit is dsn for sessions whose commits do not wait for their WAL
+// flush (synchronous_commit off, a run-time parameter lib/pq sends at
+// connect), as the service's notifier's session is.
+func asyncCommit(dsn string) (string, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return "", fmt.Errorf("c2c floor: database URL: %w", err)
+	}
+	q := u.Query()
+	q.Set("synchronous_commit", "off")
+	u.RawQuery = q.Encode()
+	return u.String(), nil
 }
 
 // listen writes each notified change to its subscriber (the other
