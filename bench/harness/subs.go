@@ -496,6 +496,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
 			{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
 			{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
+			{Name: "notification payload (the service's, copied)", Value: float64(len(fl.capturedPayload())), Unit: "B"},
 			{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
 			{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
 		}})
