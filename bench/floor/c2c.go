@@ -67,7 +67,6 @@ type c2cServer struct {
 	pending  chan string
 	tmpl     *frameTemplate
 	update   *sql.Stmt
-	notify   *sql.Stmt
 	current  *sql.Stmt
 	// payload is the service's notification payload (POST /c2c/payload),
 	// sent with every NOTIFY; nil until the bench has captured one.
