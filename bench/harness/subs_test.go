@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"runtime/debug"
 	"testing"
 )
 
@@ -38,5 +39,37 @@ func TestVoucherUpdateReadsWhatTheDecoderReads(t *testing.T) {
 	}
 	if _, err := parseUpdate([]byte(`{"type":"next","id":"1","payload":{"data":null,"errors":[{"message":"not found"}]}}`)); err == nil {
 		t.Error("an error message decodes as an update")
+	}
+}
+
+// The bench's collector is off between quietGC and its restore (and back
+// to what it was after), and selfGC counts what the process allocated and
+// collected meanwhile.
+func TestQuietGCAndSelfGC(t *testing.T) {
+	before := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(before)
+	restore := quietGC()
+	if pct := debug.SetGCPercent(-1); pct != -1 {
+		t.Fatalf("collector at %d%% during a quiet phase, want off", pct)
+	}
+	self := selfGC()
+	var keep [][]byte
+	for range 1000 {
+		keep = append(keep, make([]byte, 64))
+	}
+	figs := self(100)
+	restore()
+	if pct := debug.SetGCPercent(100); pct != 100 {
+		t.Fatalf("collector at %d%% after the phase, want 100 back", pct)
+	}
+	got := map[string]float64{}
+	for _, f := range figs {
+		got[f.Name] = f.Value
+	}
+	if v := got[SelfAllocsFigure]; v < 10 || len(keep) != 1000 {
+		t.Fatalf("allocations per transition %v, want at least the 1,000 made over 100 transitions", v)
+	}
+	if v := got["bench process: garbage collections during the phase"]; v != 0 {
+		t.Fatalf("%v collections with the collector off", v)
 	}
 }
