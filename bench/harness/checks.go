@@ -146,9 +146,9 @@ func checks(r *report.Run) []report.Check {
 
 	// On PostgreSQL the bound is the floor with the HTTP hop measured in
 	// the same phase, taking turns with the service (floor.C2C: the same
-	// negotiate request, one transaction writing a row and NOTIFYing, the
-	// frame written to a websocket subscriber on the committing process or
-	// on a second one that LISTENs; docs/performance.md, "Issue 25, third
+	// negotiate request, one UPDATE committed, the frame written to a
+	// websocket subscriber on the committing process, or NOTIFYed by its
+	// notifier and written by a second process that LISTENs; docs/performance.md, "Issue 25, third
 	// pass"), path for path; the bare NOTIFY→LISTEN floor's ratio and the
 	// absolute 5 ms are reported beside it. SQLite (one process, no
 	// database hop) keeps the absolute bound.

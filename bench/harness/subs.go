@@ -338,9 +338,9 @@ func (h *Harness) sqliteCommitToClient(ctx context.Context, api *API, svc *Proce
 //
 // On two replicas (unless t.noFloor) two floors take turns with the
 // service, slice by slice at the same rate: the HTTP floor (floor.C2C: the
-// same negotiate request, one transaction writing a row and NOTIFYing,
-// the frame written to the subscriber in process or by a listening second
-// process; read by the same subscribers' code, c2cSide), which is what the
+// same negotiate request, one UPDATE committed, the frame written to the
+// subscriber in process, or NOTIFYed after commit and written by a
+// listening second process; read by the same subscribers' code, c2cSide), which is what the
 // targets are ratios to, and the bare NOTIFY→LISTEN client (c2cFloor),
 // reported beside it.
 func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
