@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
 	"github.com/voucherd/voucherd/internal/metrics"
 )
@@ -55,4 +56,39 @@ func (f fieldRules) limited(ctx context.Context, next graphql.Resolver) (any, er
 		return next(ctx)
 	}
 	return f.lim.aroundFields(ctx, next)
+}
+
+// fieldMiddleware gives every operation the door's field middleware
+// (fieldRules, then the tests' hook when there is one) as the operation's
+// ResolverMiddleware, instead of registering it with AroundFields: gqlgen
+// chains AroundFields middleware through a closure made for every field
+// of every answer (one allocation per field and middleware, before any
+// rule runs), where a ResolverMiddleware set once is called as it is. It is
+// an OperationContextMutator registered before the others, so every
+// operation that runs (queries, mutations and subscriptions, on every
+// transport) runs its fields through it, as AroundFields did.
+type fieldMiddleware struct {
+	mw graphql.FieldMiddleware
+}
+
+func newFieldMiddleware(rules fieldRules, hook graphql.FieldMiddleware) fieldMiddleware {
+	if hook == nil {
+		return fieldMiddleware{mw: rules.around}
+	}
+	return fieldMiddleware{mw: func(ctx context.Context, next graphql.Resolver) (any, error) {
+		return rules.around(ctx, func(ctx context.Context) (any, error) { return hook(ctx, next) })
+	}}
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = fieldMiddleware{}
+
+func (fieldMiddleware) ExtensionName() string                   { return "FieldRules" }
+func (fieldMiddleware) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (f fieldMiddleware) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	oc.ResolverMiddleware = f.mw
+	return nil
 }

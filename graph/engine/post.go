@@ -30,8 +30,18 @@ type Post struct {
 
 var _ graphql.Transport = Post{}
 
-// Supports is gqlgen's: a POST with a JSON body.
-func (t Post) Supports(r *http.Request) bool { return t.gqlgen.Supports(r) }
+// Supports is gqlgen's: a POST with a JSON body, not an upgrade. The
+// common Content-Type, exactly application/json, is recognised without
+// gqlgen's mime.ParseMediaType (which builds a parameter map per call).
+func (t Post) Supports(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if ct := r.Header["Content-Type"]; len(ct) > 0 && ct[0] == "application/json" && r.Header.Get("Upgrade") == "" {
+		return true
+	}
+	return t.gqlgen.Supports(r)
+}
 
 // Response media types, as gqlgen names them; each header value is shared
 // by every response (net/http only reads it).
