@@ -5,8 +5,10 @@ import (
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
 	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/metrics"
 )
 
@@ -26,6 +28,9 @@ import (
 type fieldRules struct {
 	lim     *limits
 	metrics *metrics.GraphQL
+	// noKey: the operation's caller is not an API key, so rule 3 has
+	// nothing to hold (fieldMiddleware decides it once per operation).
+	noKey bool
 }
 
 func (f fieldRules) around(ctx context.Context, next graphql.Resolver) (any, error) {
@@ -38,8 +43,10 @@ func (f fieldRules) around(ctx context.Context, next graphql.Resolver) (any, err
 }
 
 func (f fieldRules) resolve(ctx context.Context, fc *graphql.FieldContext, next graphql.Resolver) (any, error) {
-	if err := keyScopes(ctx, fc); err != nil {
-		return nil, err
+	if !f.noKey {
+		if err := keyScopes(ctx, fc); err != nil {
+			return nil, err
+		}
 	}
 	if !isRootField(fc) || strings.HasPrefix(fc.Field.Name, "__") {
 		return next(ctx)
@@ -67,17 +74,30 @@ func (f fieldRules) limited(ctx context.Context, next graphql.Resolver) (any, er
 // an OperationContextMutator registered before the others, so every
 // operation that runs (queries, mutations and subscriptions, on every
 // transport) runs its fields through it, as AroundFields did.
+//
+// A query or mutation whose caller is not an API key gets the rules
+// without keyScopes: its caller is its request's (or its websocket's) for
+// the whole operation, so keyScopes would find no key at every field, one
+// walk up the field's context chain each. Subscriptions always get the
+// whole rules: the engine renders their events with the middleware of
+// whichever subscription came first (engine.Schema), for every caller.
 type fieldMiddleware struct {
-	mw graphql.FieldMiddleware
+	mw, noKey graphql.FieldMiddleware
 }
 
 func newFieldMiddleware(rules fieldRules, hook graphql.FieldMiddleware) fieldMiddleware {
+	noKey := rules
+	noKey.noKey = true
+	return fieldMiddleware{mw: withHook(rules, hook), noKey: withHook(noKey, hook)}
+}
+
+func withHook(rules fieldRules, hook graphql.FieldMiddleware) graphql.FieldMiddleware {
 	if hook == nil {
-		return fieldMiddleware{mw: rules.around}
+		return rules.around
 	}
-	return fieldMiddleware{mw: func(ctx context.Context, next graphql.Resolver) (any, error) {
+	return func(ctx context.Context, next graphql.Resolver) (any, error) {
 		return rules.around(ctx, func(ctx context.Context) (any, error) { return hook(ctx, next) })
-	}}
+	}
 }
 
 var _ interface {
@@ -88,7 +108,10 @@ var _ interface {
 func (fieldMiddleware) ExtensionName() string                   { return "FieldRules" }
 func (fieldMiddleware) Validate(graphql.ExecutableSchema) error { return nil }
 
-func (f fieldMiddleware) MutateOperationContext(_ context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+func (f fieldMiddleware) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
 	oc.ResolverMiddleware = f.mw
+	if oc.Operation != nil && oc.Operation.Operation != ast.Subscription && !auth.FromContext(ctx).IsAPIKey() {
+		oc.ResolverMiddleware = f.noKey
+	}
 	return nil
 }
