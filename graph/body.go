@@ -63,9 +63,9 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 			next.ServeHTTP(w, r)
 			return
 		}
-		tooBig := apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB")
+		tooBig := func() error { return apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB") }
 		if r.ContentLength > httpx.MaxBodyBytes {
-			httpx.WriteError(w, r, nil, tooBig)
+			httpx.WriteError(w, r, nil, tooBig())
 			return
 		}
 		// gqlgen reads the whole body anyway; reading it here lets an
@@ -77,7 +77,7 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 			return
 		}
 		if int64(len(body)) > httpx.MaxBodyBytes {
-			httpx.WriteError(w, r, nil, tooBig)
+			httpx.WriteError(w, r, nil, tooBig())
 			return
 		}
 		checked := false

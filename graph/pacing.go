@@ -103,11 +103,12 @@ func (p *refusalPacer) socket(r *http.Request) *http.Request {
 // paceOperation makes an operation sent on a websocket wait until its
 // address is due (its own goroutine waits: the connection goes on), and
 // returns the function that charges it if it is refused. Elsewhere it
-// does nothing (an HTTP request waited in admit).
+// does nothing (an HTTP request waited in admit) and returns nil: a
+// refused request is charged by refusedPaced.
 func paceOperation(ctx context.Context) (refused func(), err error) {
 	pc, _ := ctx.Value(pacedKey{}).(*paced)
 	if pc == nil || !pc.socket {
-		return func() { refusedPaced(ctx) }, nil
+		return nil, nil
 	}
 	if wait := pc.p.wait(pc.addr, time.Now()); wait > 0 {
 		t := time.NewTimer(wait)

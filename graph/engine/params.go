@@ -52,7 +52,7 @@ func decodeParams(b []byte, p *graphql.RawParams) bool {
 		d.ws()
 		field := -1
 		for i, name := range [...]string{"query", "operationName", "variables", "extensions"} {
-			if strings.EqualFold(key, name) {
+			if bytes.EqualFold(key, []byte(name)) {
 				field = i
 			}
 		}
@@ -132,10 +132,11 @@ func (d *paramsDecoder) byte(c byte) bool {
 	return false
 }
 
-// key reads a member name made of printable ASCII without escapes.
-func (d *paramsDecoder) key() (string, bool) {
+// key reads a member name made of printable ASCII without escapes; the
+// name is b's own bytes (only compared, never kept).
+func (d *paramsDecoder) key() ([]byte, bool) {
 	if !d.byte('"') {
-		return "", false
+		return nil, false
 	}
 	start := d.i
 	for d.i < len(d.b) {
@@ -143,13 +144,13 @@ func (d *paramsDecoder) key() (string, bool) {
 		switch {
 		case c == '"':
 			d.i++
-			return string(d.b[start : d.i-1]), true
+			return d.b[start : d.i-1], true
 		case c == '\\' || c < 0x20 || c >= utf8.RuneSelf:
-			return "", false
+			return nil, false
 		}
 		d.i++
 	}
-	return "", false
+	return nil, false
 }
 
 // stringOrNull reads a string (unquoted) or null ("", as encoding/json

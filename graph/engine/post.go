@@ -132,16 +132,18 @@ func ResponseType(accept string) []string {
 // through the embedded reader by whoever reads the request body. checked
 // says httpx.CheckJSON accepted b (decodeParams may read it).
 type readBody struct {
-	*bytes.Reader
-	b       []byte
-	checked bool
+	bytes.Reader // held, not pointed to: one allocation per body
+	b            []byte
+	checked      bool
 }
 
 // NewReadBody is a request body holding b, which the door has read whole:
 // Post decodes b itself instead of reading the body again. checked says
 // httpx.CheckJSON accepted b.
 func NewReadBody(b []byte, checked bool) io.ReadCloser {
-	return &readBody{Reader: bytes.NewReader(b), b: b, checked: checked}
+	rb := &readBody{b: b, checked: checked}
+	rb.Reset(b)
+	return rb
 }
 
 func (*readBody) Close() error { return nil }
