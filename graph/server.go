@@ -58,8 +58,12 @@ type Options struct {
 	// that its caller may still see what it follows (a membership can be
 	// deactivated while it runs).
 	Recheck time.Duration
-	// fieldHook observes field resolution (tests count renderings with it).
+	// fieldHook observes field resolution (tests count renderings with it);
+	// with it, gqlgen renders every field (no read plans, readplan.go).
 	fieldHook graphql.FieldMiddleware
+	// readPlanned is told of each voucher(id:) answer a read plan
+	// rendered (tests).
+	readPlanned func()
 	// CheckOrigin decides a websocket upgrade's Origin (nil: any origin;
 	// the app passes the CORS list's check).
 	CheckOrigin func(*http.Request) bool
@@ -182,7 +186,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	srv.SetParserTokenLimit(opts.Bounds.Tokens)
 	// The field middleware is set on each operation, not registered with
 	// AroundFields (fields.go, fieldMiddleware).
-	srv.Use(newFieldMiddleware(fieldRules{lim: lim, metrics: opts.Metrics}, opts.fieldHook))
+	srv.Use(newFieldMiddleware(fieldRules{lim: lim, metrics: opts.Metrics}, opts.fieldHook, opts.readPlanned))
 	srv.Use(engine.NewComplexityLimit(opts.ComplexityLimit))
 	srv.Use(transportRules{})
 	if opts.Development {
