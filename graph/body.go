@@ -39,13 +39,14 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), budget)
 		defer cancel()
-		r = r.WithContext(ctx)
 		if r.Method != http.MethodPost {
-			r = r.WithContext(context.WithValue(r.Context(), methodKey{}, r.Method))
+			ctx = context.WithValue(ctx, methodKey{}, r.Method)
 		}
 		// An address whose documents were refused waits its turn before
-		// anything of its request is read (pacing.go).
-		r, err := pacer.admit(r)
+		// anything of its request is read (pacing.go). The request gets
+		// its context once (each WithContext copies the request).
+		ctx, err := pacer.admit(ctx, r)
+		r = r.WithContext(ctx)
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
 				// The time budget ran out while waiting (a budget shorter
@@ -62,9 +63,9 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 			next.ServeHTTP(w, r)
 			return
 		}
-		tooBig := apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB")
+		tooBig := func() error { return apperr.New(apperr.PayloadTooLarge, "request body exceeds 1 MiB") }
 		if r.ContentLength > httpx.MaxBodyBytes {
-			httpx.WriteError(w, r, nil, tooBig)
+			httpx.WriteError(w, r, nil, tooBig())
 			return
 		}
 		// gqlgen reads the whole body anyway; reading it here lets an
@@ -76,7 +77,7 @@ func limitBody(next http.Handler, lim *limits, pacer *refusalPacer, budget time.
 			return
 		}
 		if int64(len(body)) > httpx.MaxBodyBytes {
-			httpx.WriteError(w, r, nil, tooBig)
+			httpx.WriteError(w, r, nil, tooBig())
 			return
 		}
 		checked := false

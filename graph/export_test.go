@@ -7,3 +7,10 @@ func WithFieldHook(o Options, f graphql.FieldMiddleware) Options {
 	o.fieldHook = f
 	return o
 }
+
+// WithReadPlanned returns o telling f of each voucher(id:) answer a read
+// plan rendered.
+func WithReadPlanned(o Options, f func()) Options {
+	o.readPlanned = f
+	return o
+}

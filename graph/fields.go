@@ -5,7 +5,11 @@ import (
 	"strings"
 
 	"github.com/99designs/gqlgen/graphql"
+	"github.com/vektah/gqlparser/v2/ast"
+	"github.com/vektah/gqlparser/v2/gqlerror"
 
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/auth"
 	"github.com/voucherd/voucherd/internal/metrics"
 )
 
@@ -25,6 +29,12 @@ import (
 type fieldRules struct {
 	lim     *limits
 	metrics *metrics.GraphQL
+	// noKey: the operation's caller is not an API key, so rule 3 has
+	// nothing to hold (fieldMiddleware decides it once per operation).
+	noKey bool
+	// plans render voucher(id:)'s answer when its selection allows
+	// (readplan.go); nil: gqlgen renders every field.
+	plans *readPlans
 }
 
 func (f fieldRules) around(ctx context.Context, next graphql.Resolver) (any, error) {
@@ -33,12 +43,21 @@ func (f fieldRules) around(ctx context.Context, next graphql.Resolver) (any, err
 	if err != nil {
 		return res, internalError(ctx, fc, err)
 	}
+	if f.plans != nil {
+		if v, ok := res.(*ent.Voucher); ok && fc.Object == "Query" && fc.Field.Name == "voucher" && isRootField(fc) {
+			if m := f.plans.render(fc.Field, v); m != nil {
+				return m, nil
+			}
+		}
+	}
 	return nullForAbsent(fc, res), nil
 }
 
 func (f fieldRules) resolve(ctx context.Context, fc *graphql.FieldContext, next graphql.Resolver) (any, error) {
-	if err := keyScopes(ctx, fc); err != nil {
-		return nil, err
+	if !f.noKey {
+		if err := keyScopes(ctx, fc); err != nil {
+			return nil, err
+		}
 	}
 	if !isRootField(fc) || strings.HasPrefix(fc.Field.Name, "__") {
 		return next(ctx)
@@ -55,4 +74,60 @@ func (f fieldRules) limited(ctx context.Context, next graphql.Resolver) (any, er
 		return next(ctx)
 	}
 	return f.lim.aroundFields(ctx, next)
+}
+
+// fieldMiddleware gives every operation the door's field middleware
+// (fieldRules, then the tests' hook when there is one) as the operation's
+// ResolverMiddleware, instead of registering it with AroundFields: gqlgen
+// chains AroundFields middleware through a closure made for every field
+// of every answer (one allocation per field and middleware, before any
+// rule runs), where a ResolverMiddleware set once is called as it is. It is
+// an OperationContextMutator registered before the others, so every
+// operation that runs (queries, mutations and subscriptions, on every
+// transport) runs its fields through it, as AroundFields did.
+//
+// A query or mutation whose caller is not an API key gets the rules
+// without keyScopes: its caller is its request's (or its websocket's) for
+// the whole operation, so keyScopes would find no key at every field, one
+// walk up the field's context chain each. Subscriptions always get the
+// whole rules: the engine renders their events with the middleware of
+// whichever subscription came first (engine.Schema), for every caller.
+type fieldMiddleware struct {
+	mw, noKey graphql.FieldMiddleware
+}
+
+func newFieldMiddleware(rules fieldRules, hook graphql.FieldMiddleware, rendered func()) fieldMiddleware {
+	noKey := rules
+	noKey.noKey = true
+	if hook == nil {
+		// The tests' hook observes every field: with it, gqlgen renders
+		// them all.
+		noKey.plans = newReadPlans(rendered)
+	}
+	return fieldMiddleware{mw: withHook(rules, hook), noKey: withHook(noKey, hook)}
+}
+
+func withHook(rules fieldRules, hook graphql.FieldMiddleware) graphql.FieldMiddleware {
+	if hook == nil {
+		return rules.around
+	}
+	return func(ctx context.Context, next graphql.Resolver) (any, error) {
+		return rules.around(ctx, func(ctx context.Context) (any, error) { return hook(ctx, next) })
+	}
+}
+
+var _ interface {
+	graphql.HandlerExtension
+	graphql.OperationContextMutator
+} = fieldMiddleware{}
+
+func (fieldMiddleware) ExtensionName() string                   { return "FieldRules" }
+func (fieldMiddleware) Validate(graphql.ExecutableSchema) error { return nil }
+
+func (f fieldMiddleware) MutateOperationContext(ctx context.Context, oc *graphql.OperationContext) *gqlerror.Error {
+	oc.ResolverMiddleware = f.mw
+	if oc.Operation != nil && oc.Operation.Operation != ast.Subscription && !auth.FromContext(ctx).IsAPIKey() {
+		oc.ResolverMiddleware = f.noKey
+	}
+	return nil
 }

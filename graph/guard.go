@@ -190,7 +190,11 @@ func (e guardedExec) CreateOperationContext(ctx context.Context, p *graphql.RawP
 	}
 	oc, errs := e.GraphExecutor.CreateOperationContext(ctx, p)
 	if len(errs) > 0 {
-		charge()
+		if charge != nil {
+			charge()
+		} else {
+			refusedPaced(ctx)
+		}
 		if err := e.lim.refused(ctx); err != nil {
 			return oc, gqlerror.List{err}
 		}

@@ -75,23 +75,22 @@ type paced struct {
 }
 
 // admit makes a GraphQL request over HTTP wait until its address is due,
-// before its body is read, and notes in its context when its work starts.
-// The error is the request context's if it ended while waiting (its time
+// before its body is read, and returns ctx (the request's context) noting
+// when its work starts. The error is ctx's if it ended while waiting (its time
 // budget ran out, or the client left). A websocket's operations are paced
 // one by one (socket, paceOperation).
-func (p *refusalPacer) admit(r *http.Request) (*http.Request, error) {
+func (p *refusalPacer) admit(ctx context.Context, r *http.Request) (context.Context, error) {
 	addr := p.addr(r)
 	if wait := p.wait(addr, time.Now()); wait > 0 {
 		t := time.NewTimer(wait)
 		select {
 		case <-t.C:
-		case <-r.Context().Done():
+		case <-ctx.Done():
 			t.Stop()
-			return r, r.Context().Err()
+			return ctx, ctx.Err()
 		}
 	}
-	ctx := context.WithValue(r.Context(), pacedKey{}, &paced{p: p, addr: addr, start: time.Now()})
-	return r.WithContext(ctx), nil
+	return context.WithValue(ctx, pacedKey{}, &paced{p: p, addr: addr, start: time.Now()}), nil
 }
 
 // socket notes a websocket upgrade's address in its context: the
@@ -104,11 +103,12 @@ func (p *refusalPacer) socket(r *http.Request) *http.Request {
 // paceOperation makes an operation sent on a websocket wait until its
 // address is due (its own goroutine waits: the connection goes on), and
 // returns the function that charges it if it is refused. Elsewhere it
-// does nothing (an HTTP request waited in admit).
+// does nothing (an HTTP request waited in admit) and returns nil: a
+// refused request is charged by refusedPaced.
 func paceOperation(ctx context.Context) (refused func(), err error) {
 	pc, _ := ctx.Value(pacedKey{}).(*paced)
 	if pc == nil || !pc.socket {
-		return func() { refusedPaced(ctx) }, nil
+		return nil, nil
 	}
 	if wait := pc.p.wait(pc.addr, time.Now()); wait > 0 {
 		t := time.NewTimer(wait)

@@ -58,8 +58,12 @@ type Options struct {
 	// that its caller may still see what it follows (a membership can be
 	// deactivated while it runs).
 	Recheck time.Duration
-	// fieldHook observes field resolution (tests count renderings with it).
+	// fieldHook observes field resolution (tests count renderings with it);
+	// with it, gqlgen renders every field (no read plans, readplan.go).
 	fieldHook graphql.FieldMiddleware
+	// readPlanned is told of each voucher(id:) answer a read plan
+	// rendered (tests).
+	readPlanned func()
 	// CheckOrigin decides a websocket upgrade's Origin (nil: any origin;
 	// the app passes the CORS list's check).
 	CheckOrigin func(*http.Request) bool
@@ -167,7 +171,11 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	if opts.Metrics != nil {
 		refusals.Rejected = opts.Metrics.Rejected
 	}
-	for _, t := range []graphql.Transport{ws, transport.Options{}, engine.Get{Refusals: refusals}, engine.Post{Refusals: refusals}} {
+	// POST first: it is the common request, and gqlgen asks the transports
+	// in turn. The order decides nothing else: a POST with an Upgrade
+	// header is not Post's, and the others take only upgrades, HEAD and
+	// OPTIONS, and GET.
+	for _, t := range []graphql.Transport{engine.Post{Refusals: refusals}, ws, transport.Options{}, engine.Get{Refusals: refusals}} {
 		srv.AddTransport(guardedTransport{Transport: t, lim: lim})
 	}
 	cache := lru.New[*ast.QueryDocument](1000)
@@ -176,16 +184,15 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	// token limit is a second fence.
 	srv.Use(documentBounds{limits: opts.Bounds, cache: cache})
 	srv.SetParserTokenLimit(opts.Bounds.Tokens)
+	// The field middleware is set on each operation, not registered with
+	// AroundFields (fields.go, fieldMiddleware).
+	srv.Use(newFieldMiddleware(fieldRules{lim: lim, metrics: opts.Metrics}, opts.fieldHook, opts.readPlanned))
 	srv.Use(engine.NewComplexityLimit(opts.ComplexityLimit))
 	srv.Use(transportRules{})
 	if opts.Development {
 		srv.Use(extension.Introspection{})
 	}
 	srv.AroundResponses(timeBudget(opts.TimeBudget))
-	srv.AroundFields(fieldRules{lim: lim, metrics: opts.Metrics}.around)
-	if opts.fieldHook != nil {
-		srv.AroundFields(opts.fieldHook)
-	}
 	srv.SetErrorPresenter(present)
 	srv.SetRecoverFunc(func(ctx context.Context, v any) error {
 		opts.Log.ErrorContext(ctx, "graphql panic", "panic", v)

@@ -44,6 +44,9 @@ type Config struct {
 	// … RETURNING the service runs for a voucher without a business), for
 	// the redeem floor; empty when not captured.
 	Redeem ReadQuery `json:"redeem,omitempty"`
+	// C2C, when set (with DSN), makes this process one replica of the
+	// commit→subscriber floor with the HTTP hop (c2c.go).
+	C2C *C2C `json:"c2c,omitempty"`
 }
 
 // Serve runs the floors on cfg.Addr until ctx ends:
@@ -53,6 +56,12 @@ type Config struct {
 //	GET  /ws             websocket connections for the fan-out floor
 //	POST /broadcast      writes the request body as one text frame to every connection
 //	GET  /count          number of open websocket connections
+//
+// and with cfg.C2C the commit→subscriber floor's routes (c2c.go):
+//
+//	POST /api/v1/vouchers/{id}/negotiate-voucher  a transition (committing replica)
+//	POST /c2c/payload    the NOTIFY payload to send (committing replica)
+//	GET  /graphql        a voucher's subscriber
 func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	if cfg.DSN != "" {
@@ -77,6 +86,13 @@ func Serve(ctx context.Context, cfg Config, log *slog.Logger) error {
 			}
 			defer st.Close()
 			query = st.QueryContext
+		}
+		if cfg.C2C != nil {
+			stop, err := serveC2C(ctx, mux, db, cfg.DSN, *cfg.C2C, log)
+			if err != nil {
+				return err
+			}
+			defer stop()
 		}
 		if cfg.Read.SQL != "" {
 			mux.HandleFunc("GET /vouchers/{id}", readHandler(query, cfg.Read))

@@ -127,6 +127,14 @@ func (f *c2cFloor) captured() bool {
 	return ok
 }
 
+// capturedPayload is the service's notification payload the floor copied
+// (empty until captured).
+func (f *c2cFloor) capturedPayload() string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.payload
+}
+
 // run commits at rate for d, sequence numbers from base; it returns how
 // many it sent and the failures.
 func (f *c2cFloor) run(ctx context.Context, rate float64, d time.Duration, base int64) (int, *stats.Recorder) {

@@ -30,6 +30,8 @@ func TestChecks(t *testing.T) {
 		{ID: "subs-c2c-replica", Name: "commit→subscriber, other replica, 1000 transitions/s", Latency: lat(0, 0, 4*time.Millisecond),
 			Figures: []report.Figure{{Name: "achieved transition rate", Value: 990}}},
 		{ID: c2cFloorID, Latency: lat(0, 0, 3*time.Millisecond)},
+		{ID: c2cHTTPFloorID, Latency: lat(0, 0, 1500*time.Microsecond), Figures: []report.Figure{{Name: "achieved transition rate", Value: 1000}}},
+		{ID: c2cHTTPFloorReplicaID, Latency: lat(0, 0, 3*time.Millisecond), Figures: []report.Figure{{Name: "achieved transition rate", Value: 1000}}},
 		{ID: "lifecycle-postgres", Latency: lat(100, 0, 0)},
 		{ID: "lifecycle-sqlite", Latency: lat(200, 0, 0)},
 	}}
@@ -47,24 +49,26 @@ func TestChecks(t *testing.T) {
 		got[c.Target+" "+c.Figure] = res
 	}
 	want := map[string]string{
-		"transitions >= 0.8 x bare HTTP redeem (16) redeem REST":                                            "MET",
-		"transitions >= 0.8 x bare HTTP redeem (64) redeem REST":                                            "MISSED",
-		"transitions x pgbench (16) redeem REST":                                                            "INFO",
-		"bare HTTP redeem x pgbench (64): the machine's limit bare HTTP redeem":                             "INFO",
-		"REST GET p50 <= 0.3 ms unloaded GET p50":                                                           "MISSED",
-		"REST GET throughput >= 0.8 x minimal handler GET req/s":                                            "NOT RUN",
-		"GraphQL read <= 1.3 x REST read latency GraphQL p50 unloaded":                                      "MISSED",
-		"<= 16 KiB per idle subscription RSS per subscription":                                              "MET",
-		"commit->subscriber p99 <= 1.2 x NOTIFY floor at 1000/s (PG, same replica) commit->subscriber p99":  "MISSED",
-		"commit->subscriber p99 <= 1.5 x NOTIFY floor at 1000/s (PG, other replica) commit->subscriber p99": "MET",
-		"commit->subscriber p99, 5 ms (PG, same replica) commit->subscriber p99":                            "INFO",
-		"commit->subscriber p99, 5 ms (PG, other replica) commit->subscriber p99":                           "INFO",
-		"commit->subscriber p99 <= 5 ms at 1000/s (SQLite) p99":                                             "NOT RUN",
-		"full lifecycles per second (PostgreSQL) lifecycles/s":                                              "INFO",
-		"full lifecycles per second (SQLite) lifecycles/s":                                                  "INFO",
-		"webhook deliveries per second deliveries/s":                                                        "NOT RUN",
-		"fan-out per subscriber <= 1.5 x bare websocket cost per subscriber":                                "NOT RUN",
-		"webhook commit->first attempt p99 <= 50 ms p99":                                                    "NOT RUN",
+		"transitions >= 0.8 x bare HTTP redeem (16) redeem REST":                                          "MET",
+		"transitions >= 0.8 x bare HTTP redeem (64) redeem REST":                                          "MISSED",
+		"transitions x pgbench (16) redeem REST":                                                          "INFO",
+		"bare HTTP redeem x pgbench (64): the machine's limit bare HTTP redeem":                           "INFO",
+		"REST GET p50 <= 0.3 ms unloaded GET p50":                                                         "MISSED",
+		"REST GET throughput >= 0.8 x minimal handler GET req/s":                                          "NOT RUN",
+		"GraphQL read <= 1.3 x REST read latency GraphQL p50 unloaded":                                    "MISSED",
+		"<= 16 KiB per idle subscription RSS per subscription":                                            "MET",
+		"commit->subscriber p99 <= 1.2 x HTTP floor at 1000/s (PG, same replica) commit->subscriber p99":  "MISSED",
+		"commit->subscriber p99 <= 1.5 x HTTP floor at 1000/s (PG, other replica) commit->subscriber p99": "MET",
+		"commit->subscriber p99 x NOTIFY floor (PG, same replica) commit->subscriber p99":                 "INFO",
+		"commit->subscriber p99 x NOTIFY floor (PG, other replica) commit->subscriber p99":                "INFO",
+		"commit->subscriber p99, 5 ms (PG, same replica) commit->subscriber p99":                          "INFO",
+		"commit->subscriber p99, 5 ms (PG, other replica) commit->subscriber p99":                         "INFO",
+		"commit->subscriber p99 <= 5 ms at 1000/s (SQLite) p99":                                           "NOT RUN",
+		"full lifecycles per second (PostgreSQL) lifecycles/s":                                            "INFO",
+		"full lifecycles per second (SQLite) lifecycles/s":                                                "INFO",
+		"webhook deliveries per second deliveries/s":                                                      "NOT RUN",
+		"fan-out per subscriber <= 1.5 x bare websocket cost per subscriber":                              "NOT RUN",
+		"webhook commit->first attempt p99 <= 50 ms p99":                                                  "NOT RUN",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -109,6 +113,8 @@ func TestCommitToSubscriberMissNamesTheDiskStalls(t *testing.T) {
 		c2c("subs-c2c", 9*time.Millisecond, 3),         // missed while the disk stalled
 		c2c("subs-c2c-replica", 9*time.Millisecond, 0), // missed on a calm disk
 		{ID: c2cFloorID, Latency: &stats.Summary{Count: 1, P99: 2 * time.Millisecond}},
+		{ID: c2cHTTPFloorID, Latency: &stats.Summary{Count: 1, P99: 2 * time.Millisecond}},
+		{ID: c2cHTTPFloorReplicaID, Latency: &stats.Summary{Count: 1, P99: 2 * time.Millisecond}},
 	}}
 	notes := map[string]string{}
 	for _, c := range checks(run) {
@@ -119,10 +125,56 @@ func TestCommitToSubscriberMissNamesTheDiskStalls(t *testing.T) {
 			notes[c.Target] = c.Note
 		}
 	}
-	if got, want := notes["commit->subscriber p99 <= 1.2 x NOTIFY floor at 1000/s (PG, same replica)"], "disk: 3 flushes over 20 ms during the phase, slowest 412 ms"; got != want {
+	if got, want := notes["commit->subscriber p99 <= 1.2 x HTTP floor at 1000/s (PG, same replica)"], "disk: 3 flushes over 20 ms during the phase, slowest 412 ms"; got != want {
 		t.Errorf("note %q, want %q", got, want)
 	}
-	if got := notes["commit->subscriber p99 <= 1.5 x NOTIFY floor at 1000/s (PG, other replica)"]; got != "" {
+	if got := notes["commit->subscriber p99 <= 1.5 x HTTP floor at 1000/s (PG, other replica)"]; got != "" {
 		t.Errorf("a calm disk is blamed: %q", got)
+	}
+}
+
+// The service's line is a ratio to the HTTP floor of its own path; a floor
+// that fell short of the rate measured an easier load, so the line cannot
+// be met against it; without the HTTP floor the line is not run (and the
+// run fails), whatever the NOTIFY floor says.
+func TestCommitToSubscriberAgainstTheHTTPFloor(t *testing.T) {
+	res := func(id string, p99 time.Duration, rate float64) *report.Result {
+		return &report.Result{ID: id, Name: "x, 1000 transitions/s", Latency: &stats.Summary{Count: 1, P99: p99},
+			Figures: []report.Figure{{Name: "achieved transition rate", Value: rate}}}
+	}
+	verdicts := func(run *report.Run) map[string]report.Check {
+		out := map[string]report.Check{}
+		for _, c := range checks(run) {
+			if strings.Contains(c.Target, "(PG, ") {
+				out[c.Target] = c
+			}
+		}
+		return out
+	}
+	same := "commit->subscriber p99 <= 1.2 x HTTP floor at 1000/s (PG, same replica)"
+	other := "commit->subscriber p99 <= 1.5 x HTTP floor at 1000/s (PG, other replica)"
+	v := verdicts(&report.Run{Results: []*report.Result{
+		res("subs-c2c", 2*time.Millisecond, 1000), res("subs-c2c-replica", 5*time.Millisecond, 1000),
+		res(c2cHTTPFloorID, 1800*time.Microsecond, 1000), res(c2cHTTPFloorReplicaID, 4*time.Millisecond, 900),
+		{ID: c2cFloorID, Latency: &stats.Summary{Count: 1, P99: 400 * time.Microsecond}},
+	}})
+	if c := v[same]; !c.Met || c.Reference != "HTTP floor p99" || c.Ratio < 1.1 || c.Ratio > 1.12 {
+		t.Errorf("same replica: %+v", c)
+	}
+	if c := v[other]; c.Met || c.Note != "the HTTP floor reached only 900 of 1000 transitions/s" {
+		t.Errorf("other replica against a floor short of the rate: %+v", c)
+	}
+	if c := v["commit->subscriber p99 x NOTIFY floor (PG, same replica)"]; !c.Info || c.Ratio != 5 {
+		t.Errorf("NOTIFY floor ratio: %+v", c)
+	}
+	v = verdicts(&report.Run{Results: []*report.Result{
+		res("subs-c2c", 2*time.Millisecond, 1000), res("subs-c2c-replica", 5*time.Millisecond, 1000),
+		{ID: c2cHTTPFloorID, NotRun: "failed: floor did not start"}, {ID: c2cHTTPFloorReplicaID, NotRun: "failed: floor did not start"},
+		{ID: c2cFloorID, Latency: &stats.Summary{Count: 1, P99: 400 * time.Microsecond}},
+	}})
+	for _, target := range []string{same, other} {
+		if c := v[target]; c.NotRun == "" || !strings.Contains(c.NotRun, "floor did not start") {
+			t.Errorf("%s without the HTTP floor: %+v", target, c)
+		}
 	}
 }

@@ -153,15 +153,29 @@ func (l *leanConn) read() (int, []byte, error) {
 }
 
 // commitTiming reads `commit;desc="<Unix ns>"` from a Server-Timing
-// value (zero time when it is not there).
+// value (zero time when it is not there), without allocating: it runs for
+// every answer of the 1,000/s phases, in the process whose collector would
+// otherwise be part of what they measure.
 func commitTiming(v []byte) time.Time {
-	for _, m := range bytes.Split(v, []byte(",")) {
+	for len(v) > 0 {
+		var m []byte
+		if i := bytes.IndexByte(v, ','); i >= 0 {
+			m, v = v[:i], v[i+1:]
+		} else {
+			m, v = v, nil
+		}
 		name, params, _ := bytes.Cut(bytes.TrimSpace(m), []byte(";"))
-		if !bytes.Equal(name, []byte("commit")) {
+		if string(name) != "commit" {
 			continue
 		}
-		for _, p := range bytes.Split(params, []byte(";")) {
-			if k, val, ok := bytes.Cut(bytes.TrimSpace(p), []byte("=")); ok && bytes.Equal(k, []byte("desc")) {
+		for len(params) > 0 {
+			var p []byte
+			if i := bytes.IndexByte(params, ';'); i >= 0 {
+				p, params = params[:i], params[i+1:]
+			} else {
+				p, params = params, nil
+			}
+			if k, val, ok := bytes.Cut(bytes.TrimSpace(p), []byte("=")); ok && string(k) == "desc" {
 				if ns, err := strconv.ParseInt(string(bytes.Trim(val, `"`)), 10, 64); err == nil {
 					return time.Unix(0, ns)
 				}

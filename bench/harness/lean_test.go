@@ -91,5 +91,12 @@ func TestCommitTiming(t *testing.T) {
 		if (c.want == 0) != got.IsZero() || (c.want != 0 && got.UnixNano() != c.want) {
 			t.Errorf("commitTiming(%q) = %v, want %d", c.in, got, c.want)
 		}
+		in := []byte(c.in)
+		if c.want == 0 {
+			continue // strconv's error is the one allocation, on a bad stamp only
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = commitTiming(in) }); n != 0 {
+			t.Errorf("commitTiming(%q) allocates %.1f times", c.in, n)
+		}
 	}
 }

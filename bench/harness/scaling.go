@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"sort"
@@ -37,18 +38,62 @@ const (
 
 var transportNames = map[string]string{transportNotify: "LISTEN/NOTIFY", transportNATS: "NATS"}
 
-// startNATS runs a NATS server on a free loopback port.
-func startNATS() (*server.Server, string, error) {
-	srv, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: -1, NoLog: true, NoSigs: true})
+// startNATS runs a NATS server in a child process (voucherbench nats,
+// ServeNATS) on free loopback ports: a process of its own, as NATS is
+// deployed, so its garbage collector and scheduling are its own and not
+// the load generator's and subscribers' (until 2026-11-27 it ran inside
+// the bench process, whose collections and run queue it shared); stop
+// stops it.
+func (h *Harness) startNATS() (url string, stop func(), err error) {
+	client, err := FreeAddr()
 	if err != nil {
-		return nil, "", err
+		return "", nil, err
+	}
+	monitor, err := FreeAddr()
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := StartProcess("nats", h.cfg.Self, []string{"nats", "-addr", client, "-monitor", monitor}, nil, monitor, "/healthz")
+	if err != nil {
+		return "", nil, err
+	}
+	return "nats://" + client, func() { p.Stop() }, nil
+}
+
+// ServeNATS runs a NATS server on addr (host:port), with its monitoring
+// endpoint (/healthz) on monitor, until ctx ends: the bench's
+// `voucherbench nats` child process.
+func ServeNATS(ctx context.Context, addr, monitor string) error {
+	host, port, err := splitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	mhost, mport, err := splitHostPort(monitor)
+	if err != nil {
+		return err
+	}
+	srv, err := server.NewServer(&server.Options{Host: host, Port: port, HTTPHost: mhost, HTTPPort: mport, NoLog: true, NoSigs: true})
+	if err != nil {
+		return err
 	}
 	srv.Start()
 	if !srv.ReadyForConnections(10 * time.Second) {
 		srv.Shutdown()
-		return nil, "", errors.New("nats-server not ready")
+		return errors.New("nats-server not ready")
 	}
-	return srv, srv.ClientURL(), nil
+	<-ctx.Done()
+	srv.Shutdown()
+	srv.WaitForShutdown()
+	return nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	return host, port, err
 }
 
 // replicas starts n replicas of the service on the run's database over
@@ -91,12 +136,12 @@ func (s *pgScenarios) scaling(ctx context.Context) {
 		notRun(r)
 		return
 	}
-	ns, natsURL, err := startNATS()
+	natsURL, stopNATS, err := h.startNATS()
 	if err != nil {
 		notRun("nats-server: " + err.Error())
 		return
 	}
-	defer ns.Shutdown()
+	defer stopNATS()
 	s.scalingC2C(ctx, natsURL)
 	s.settle(ctx)
 	s.replicaTransitions(ctx)

@@ -1,10 +1,14 @@
 package harness
 
 import (
+	"context"
 	"log/slog"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats.go"
 
 	"github.com/voucherd/voucherd/bench/report"
 	"github.com/voucherd/voucherd/bench/stats"
@@ -140,5 +144,57 @@ go_sql_wait_count{db_name="voucherd"} 99
 `
 	if w, s := parsePoolWaits(m); w != 1234 || s != 2.5 {
 		t.Errorf("parsed %v waits, %v s; want 1234, 2.5", w, s)
+	}
+}
+
+// The scaling group's NATS server runs in a process of its own
+// (voucherbench nats → ServeNATS): it answers /healthz, carries a message,
+// and stops when its context ends.
+func TestServeNATSCarriesAMessageAndStops(t *testing.T) {
+	client, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	monitor, err := FreeAddr()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- ServeNATS(ctx, client, monitor) }()
+	if !waitFor(ctx, 10*time.Second, func() bool {
+		r, err := http.Get("http://" + monitor + "/healthz")
+		if err != nil {
+			return false
+		}
+		r.Body.Close()
+		return r.StatusCode == http.StatusOK
+	}) {
+		t.Fatal("no /healthz")
+	}
+	nc, err := nats.Connect("nats://" + client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	sub, err := nc.SubscribeSync("voucherbench.test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := nc.Publish("voucherbench.test", []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "x" {
+		t.Fatalf("message %v %v", m, err)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server did not stop")
 	}
 }

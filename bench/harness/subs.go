@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,8 +38,10 @@ type subSet struct {
 // openSubs opens n connections, connection i to url(i), with parallel dialers. For GraphQL
 // (token != nil) each sends connection_init and the subscriptions ops(i)
 // returns; for the bare floor (token == nil) it only connects. h receives
-// every data message with the connection's index.
-func openSubs(ctx context.Context, url func(i int) string, token *string, n, parallel int, ops func(i int) []op, h func(i int, m wsclient.Message, at time.Time)) (*subSet, error) {
+// every data message (the frame as read, valid during the call only: each
+// connection reads into one buffer it reuses, wsclient.RunFrames) with the
+// connection's index and the time it was read.
+func openSubs(ctx context.Context, url func(i int) string, token *string, n, parallel int, ops func(i int) []op, h func(i int, frame []byte, at time.Time)) (*subSet, error) {
 	s := &subSet{conns: make([]*wsclient.Conn, n), connect: stats.NewRecorder(n)}
 	var next atomic.Int64
 	var firstErr error
@@ -69,9 +74,9 @@ func openSubs(ctx context.Context, url func(i int) string, token *string, n, par
 					defer s.wg.Done()
 					var err error
 					if token != nil {
-						err = c.Run(func(m wsclient.Message, at time.Time) { h(i, m, at) })
+						err = c.RunFrames(func(frame []byte, at time.Time) { h(i, frame, at) })
 					} else {
-						err = c.RunRaw(func(data []byte, at time.Time) { h(i, wsclient.Message{Type: "raw", Raw: data}, at) })
+						err = c.RunRaw(func(frame []byte, at time.Time) { h(i, frame, at) })
 					}
 					if err != nil {
 						s.broken.Add(1)
@@ -142,8 +147,14 @@ type update struct {
 	Errors []json.RawMessage `json:"errors"`
 }
 
-func parseUpdate(m wsclient.Message) (update, error) {
+// parseUpdate decodes a data message; the readers use voucherUpdate, and
+// this for what it does not read (an error, a message of another type).
+func parseUpdate(frame []byte) (update, error) {
 	var u update
+	var m wsclient.Message
+	if err := json.Unmarshal(frame, &m); err != nil {
+		return u, err
+	}
 	if m.Type != "next" {
 		return u, fmt.Errorf("%s: %s", m.Type, m.Payload)
 	}
@@ -154,6 +165,31 @@ func parseUpdate(m wsclient.Message) (update, error) {
 		return u, fmt.Errorf("subscription error: %s", u.Errors[0])
 	}
 	return u, nil
+}
+
+// voucherUpdate reads a voucherUpdated "next" message's voucher id (a
+// slice of frame) and version without decoding it or allocating (the
+// subscribers read a thousand a second beside the service: their garbage
+// must not be part of its tail). ok is false for anything else, an error
+// included; the caller then decodes it with parseUpdate to say what it was.
+func voucherUpdate(frame []byte) (id []byte, version int, ok bool) {
+	if string(wsclient.MessageType(frame)) != "next" || bytes.Contains(frame, []byte(`"errors"`)) {
+		return nil, 0, false
+	}
+	const key = `"voucherUpdated"`
+	i := bytes.Index(frame, []byte(key))
+	if i < 0 {
+		return nil, 0, false
+	}
+	obj := frame[i+len(key):]
+	end := bytes.IndexByte(obj, '}') // the selection has no nested object
+	if end < 0 {
+		return nil, 0, false
+	}
+	obj = obj[:end]
+	id = wsclient.StringField(obj, "id")
+	version, ok = wsclient.IntField(obj, "version")
+	return id, version, ok && id != nil
 }
 
 func (s *pgScenarios) wsURL() string { return "ws://" + s.svc.Addr + "/graphql" }
@@ -294,122 +330,78 @@ func (h *Harness) sqliteCommitToClient(ctx context.Context, api *API, svc *Proce
 // commit (the instant the database returned it to the service, which the
 // answer carries in Server-Timing: voucher.CommitStamp; the harness and the
 // service read the same machine clock) to the subscriber reading the
-// update: the span the floor measures, from its own commit's return. The
+// update: the span the floors measure, from their own commit's return. The
 // writer's answer→subscriber time (what this figure was until 2026-11-27:
 // shorter by the service's work after commit and the answer's hop) and the
 // write→subscriber time (from sending the request: the upper bound) are
 // reported beside it.
+//
+// On two replicas (unless t.noFloor) two floors take turns with the
+// service, slice by slice at the same rate: the HTTP floor (floor.C2C: the
+// same negotiate request, one UPDATE committed, the frame written to the
+// subscriber in process, or NOTIFYed after commit and written by a
+// listening second process; read by the same subscribers' code, c2cSide), which is what the
+// targets are ratios to, and the bare NOTIFY→LISTEN client (c2cFloor),
+// reported beside it.
 func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
-	k := len(t.ids)
-	ids := t.ids
-	remote := func(i int) bool { return t.replica != nil && i%2 == 1 }
-	url := func(i int) string {
-		if remote(i) {
-			return "ws://" + t.replica.Addr + "/graphql"
-		}
-		return "ws://" + t.svc.Addr + "/graphql"
+	other := ""
+	if t.replica != nil {
+		other = t.replica.Addr
 	}
-	// Each voucher's k-th negotiation after the initial state makes
-	// version initial+k; updates are matched to transitions by version,
-	// so a repeated or coalesced message cannot pair with the wrong one.
-	var mu sync.Mutex
-	initialVer := make([]int, k)
-	recvs := make([]map[int]time.Time, k)
-	var bad atomic.Int64
-	var badMsg atomic.Value
-	initial := atomic.Int64{}
-	subs, err := openSubs(ctx, url, &t.payer, k, 32,
-		func(i int) []op {
-			return []op{{id: "1", query: `subscription($id: ID!) { voucherUpdated(id: $id) ` + voucherSelection + ` }`, vars: map[string]any{"id": ids[i]}}}
-		},
-		func(i int, m wsclient.Message, at time.Time) {
-			u, err := parseUpdate(m)
-			if err != nil || u.Data.VoucherUpdated.ID != ids[i] {
-				bad.Add(1)
-				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
-				return
-			}
-			ver := u.Data.VoucherUpdated.Version
-			mu.Lock()
-			defer mu.Unlock()
-			if recvs[i] == nil {
-				recvs[i] = map[int]time.Time{}
-				initialVer[i] = ver
-				initial.Add(1)
-				return
-			}
-			if _, seen := recvs[i][ver]; !seen {
-				recvs[i][ver] = at
-			}
-		})
+	svc, err := openC2CSide(ctx, t.svc.Addr, other, t.payer, t.ids)
 	if err != nil {
 		return err
 	}
-	defer subs.close()
-	if !waitFor(ctx, 30*time.Second, func() bool { return initial.Load() >= int64(k) }) {
-		return fmt.Errorf("only %d of %d subscriptions sent the voucher's current state (bad messages: %d %v)", initial.Load(), k, bad.Load(), badMsg.Load())
+	defer svc.close()
+	var fl *c2cFloor
+	var hf *c2cHTTPFloor
+	var hfErr error
+	if t.replica != nil && !t.noFloor {
+		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
+			return err
+		}
+		defer fl.close()
+		svc.mu.Lock()
+		frame, fid, fver := svc.frame, svc.frameID, svc.frameVer
+		svc.mu.Unlock()
+		hfErr = guard(func() error {
+			var err error
+			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.ids, frame, fid, fver)
+			return err
+		})
+		if hf != nil {
+			defer hf.close()
+		}
 	}
-	// t0: request sent; t1: answer read; tc: the service's commit (its
-	// Server-Timing stamp, same machine clock), zero if it sent none.
-	type sent struct{ t0, t1, tc time.Time }
-	sends := make([][]sent, k)
 	prof := h.profile(t.pprof, t.id)
 	smp := sampler(t.svc, true)
 	var rsmp *proc.Sampler
 	if t.replica != nil {
 		rsmp = sampler(t.replica, true)
 	}
-	neg := stats.NewRecorder(0)
-	writers := newLeanPool(t.svc.Addr)
-	defer writers.Close()
+	// The bench's own collector stays off while the sides take turns
+	// (quietGC): its pauses stop the subscribers' reads and the load
+	// generator, which is the bench measuring itself.
+	defer quietGC()()
 	busy := proc.MachineBusy()
+	self := selfGC()
 	disk := func() []report.Figure { return nil }
 	if t.flushDir != "" {
 		disk = flushWatch(t.flushDir)
-	}
-	// On PostgreSQL the service takes turns with the floor (c2cFloor) in
-	// slices, at the same rate, so both see the same machine and disk.
-	var fl *c2cFloor
-	if t.replica != nil && !t.noFloor {
-		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
-			return err
-		}
-		defer fl.close()
 	}
 	slice := h.cfg.Duration
 	if fl != nil {
 		slice = c2cSlice
 	}
 	var (
-		n            int
-		errs         = stats.NewRecorder(0)
-		lag          stats.Summary
-		elapsed      time.Duration
 		floorSent    int
 		floorErrs    = stats.NewRecorder(0)
 		floorSlices  int
 		floorSkipped int
+		httpSlices   int
 	)
-	for elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
-		base := n
-		sn, serrs, slag, sel := OpenLoop(ctx, h.cfg.C2CRate, slice, 512, func(ctx context.Context, i int) error {
-			v := (base + i) % k
-			t0 := time.Now()
-			_, tc, err := writers.okCommitted(ctx, http.MethodPost, "/api/v1/vouchers/"+ids[v]+"/negotiate-voucher", t.payer, negotiateBody)
-			if err != nil {
-				return err
-			}
-			t1 := time.Now()
-			neg.Add(t1.Sub(t0))
-			mu.Lock()
-			sends[v] = append(sends[v], sent{t0, t1, tc})
-			mu.Unlock()
-			return nil
-		})
-		n += sn
-		errs.Merge(serrs)
-		elapsed += sel
-		lag.P99 = max(lag.P99, slag.P99)
+	for svc.elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
+		svc.slice(ctx, h.cfg.C2CRate, slice, false)
 		if fl == nil {
 			continue
 		}
@@ -417,27 +409,36 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			floorSkipped++
 			continue
 		}
+		if hf != nil && hfErr == nil {
+			if !hf.payloadSent {
+				// Its first turn: the payload, then an unrecorded
+				// warm-up (its pool's connections open on first use;
+				// the service's are warm from the groups before).
+				if hfErr = hf.setPayload(ctx, fl.capturedPayload()); hfErr == nil {
+					hf.side.slice(ctx, h.cfg.C2CRate, h.cfg.Warmup, true)
+				}
+			}
+			if hfErr == nil {
+				hf.side.slice(ctx, h.cfg.C2CRate, slice, false)
+				httpSlices++
+			}
+		}
 		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
 		floorSent += fn
 		floorErrs.Merge(ferrs)
 		floorSlices++
 	}
 	machineBusy := busy()
+	sent := svc.n + floorSent
+	if hf != nil {
+		sent += hf.side.n
+	}
+	selfFigures := self(sent)
 	diskFigures := disk()
 	// Let the last updates arrive (up to 2 s: a coalesced version never
 	// does, and then the wait runs out).
 	waitFor(ctx, 2*time.Second, func() bool {
-		if fl != nil && !fl.allRead() {
-			return false
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		for v := range sends {
-			if len(recvs[v]) < len(sends[v]) {
-				return false
-			}
-		}
-		return true
+		return svc.allRead() && (fl == nil || fl.allRead()) && (hf == nil || hf.side.allRead())
 	})
 	usage := stopSampler(smp, t.svc, true)
 	var rusage *proc.Usage
@@ -445,35 +446,10 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		rusage = stopSampler(rsmp, t.replica, true)
 	}
 	prof()
-	mu.Lock()
-	defer mu.Unlock()
-	var c2c, a2c, w2c [2][]time.Duration
-	var missing [2]int64
-	var unstamped [2]int64
-	for v := range sends {
-		side := 0
-		if remote(v) {
-			side = 1
-		}
-		for j, snd := range sends[v] {
-			at, ok := recvs[v][initialVer[v]+j+1]
-			if !ok {
-				missing[side]++
-				continue
-			}
-			from := snd.tc
-			if from.IsZero() {
-				from = snd.t1
-				unstamped[side]++
-			}
-			c2c[side] = append(c2c[side], max(at.Sub(from), 0))
-			a2c[side] = append(a2c[side], max(at.Sub(snd.t1), 0))
-			w2c[side] = append(w2c[side], at.Sub(snd.t0))
-		}
-	}
-	ns := neg.Summary(elapsed)
-	es := errs.Summary(elapsed)
-	achieved := float64(int64(n)-es.Errors) / elapsed.Seconds()
+
+	k := len(t.ids)
+	sp := svc.spans()
+	es := svc.errs.Summary(svc.elapsed)
 	sides := []struct {
 		id, name string
 		usage    *proc.Usage
@@ -488,57 +464,108 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		}{t.rid, t.rname, rusage, k / 2})
 	}
 	for side, x := range sides {
-		sum := stats.Summarize(c2c[side], missing[side], elapsed, nil)
+		res := svc.result(x.id, x.name, sp, side, x.subs, x.usage)
 		if side == 0 {
 			// Request errors and broken sockets are not attributed to a
 			// side; they count once, here.
-			sum.Errors += es.Errors + bad.Load() + subs.broken.Load()
-			sum.ErrorMsg = es.ErrorMsg
-			if v, _ := badMsg.Load().(string); v != "" {
-				sum.ErrorMsg = append(sum.ErrorMsg, v)
+			res.Latency.Errors += es.Errors + svc.bad.Load() + svc.subs.broken.Load()
+			res.Latency.ErrorMsg = es.ErrorMsg
+			if v, _ := svc.badMsg.Load().(string); v != "" {
+				res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
 			}
 		}
-		ws := stats.Summarize(w2c[side], 0, elapsed, nil)
-		as := stats.Summarize(a2c[side], 0, elapsed, nil)
-		if side == 0 && fl != nil {
-			lats, fromSent, miss := fl.latencies()
-			ss := stats.Summarize(fromSent, 0, elapsed, nil)
-			fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
-			fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
-			note := ""
-			if floorSlices == 0 {
-				note = "no service notification carrying a row was seen to copy"
-			}
-			h.add(&report.Result{ID: c2cFloorID, Group: "subscriptions", Name: fmt.Sprintf("floor: NOTIFY in a committing transaction → LISTEN, %.0f/s", h.cfg.C2CRate),
-				Unit: "notification", Latency: &fsum, NotRun: note,
-				Figures: []report.Figure{
-					{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
-					{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
-					{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
-					{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
-					{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
-				}})
+		res.Figures = append(res.Figures, report.Figure{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"})
+		res.Figures = append(res.Figures, selfFigures...)
+		res.Figures = append(res.Figures, diskFigures...)
+		h.add(res)
+	}
+	if fl == nil {
+		return nil
+	}
+	lats, fromSent, miss := fl.latencies()
+	ss := stats.Summarize(fromSent, 0, svc.elapsed, nil)
+	fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
+	fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
+	note := ""
+	if floorSlices == 0 {
+		note = "no service notification carrying a row was seen to copy"
+	}
+	h.add(&report.Result{ID: c2cFloorID, Group: "subscriptions", Name: fmt.Sprintf("floor: NOTIFY in a committing transaction → LISTEN, %.0f/s", h.cfg.C2CRate),
+		Unit: "notification", Latency: &fsum, NotRun: note,
+		Figures: []report.Figure{
+			{Name: "transactions sent", Value: float64(floorSent), Unit: ""},
+			{Name: "slices (taking turns with the service)", Value: float64(floorSlices), Unit: ""},
+			{Name: "slices skipped (payload not captured yet)", Value: float64(floorSkipped), Unit: ""},
+			{Name: "notification payload (the service's, copied)", Value: float64(len(fl.capturedPayload())), Unit: "B"},
+			{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
+			{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
+		}})
+	hname := func(path string) string {
+		return fmt.Sprintf("floor: HTTP negotiate → commit + NOTIFY → websocket, %s, %.0f/s", path, h.cfg.C2CRate)
+	}
+	switch {
+	case hfErr != nil || hf == nil:
+		why := "failed to start"
+		if hfErr != nil {
+			why = "failed: " + hfErr.Error()
 		}
-		h.add(&report.Result{ID: x.id, Group: "subscriptions", Name: x.name, Unit: "update", Latency: &sum, Usage: x.usage,
-			Figures: append([]report.Figure{
-				{Name: "subscribers", Value: float64(x.subs), Unit: ""},
-				{Name: "transitions sent (all subscribers)", Value: float64(n), Unit: ""},
-				{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
-				{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
-				{Name: "updates delivered", Value: float64(len(c2c[side])), Unit: ""},
-				{Name: "updates missing", Value: float64(missing[side]), Unit: ""},
-				{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
-				{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
-				{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
-				{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
-				{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
-				{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
-				{Name: "answers without a commit stamp (measured from the answer)", Value: float64(unstamped[side]), Unit: ""},
-				{Name: "schedule lag p99", Value: ms(lag.P99), Unit: "ms"},
-				{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"},
-			}, diskFigures...)})
+		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), why)
+		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), why)
+	case httpSlices == 0:
+		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), "no service notification carrying a row was seen to copy")
+		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), "no service notification carrying a row was seen to copy")
+	default:
+		hsp := hf.side.spans()
+		hes := hf.side.errs.Summary(hf.side.elapsed)
+		for side, id := range []string{c2cHTTPFloorID, c2cHTTPFloorReplicaID} {
+			res := hf.side.result(id, hname([]string{"same replica", "other replica"}[side]), hsp, side, []int{(k + 1) / 2, k / 2}[side], nil)
+			if side == 0 {
+				res.Latency.Errors += hes.Errors + hf.side.bad.Load() + hf.side.subs.broken.Load()
+				res.Latency.ErrorMsg = hes.ErrorMsg
+				if v, _ := hf.side.badMsg.Load().(string); v != "" {
+					res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
+				}
+			}
+			res.Group = "subscriptions"
+			res.Figures = append(res.Figures, report.Figure{Name: "slices (taking turns with the service)", Value: float64(httpSlices), Unit: ""})
+			h.add(res)
+		}
 	}
 	return nil
+}
+
+// The HTTP floor's results (c2cHTTPFloor): the same replica's path and the
+// other replica's.
+const (
+	c2cHTTPFloorID        = "ref-c2c-http-floor"
+	c2cHTTPFloorReplicaID = "ref-c2c-http-floor-replica"
+)
+
+// result is one path's (0: same replica, 1: other) figures of a side.
+func (s *c2cSide) result(id, name string, sp c2cSpans, side, subs int, usage *proc.Usage) *report.Result {
+	sum := stats.Summarize(sp.c2c[side], sp.missing[side], s.elapsed, nil)
+	ws := stats.Summarize(sp.w2c[side], 0, s.elapsed, nil)
+	as := stats.Summarize(sp.a2c[side], 0, s.elapsed, nil)
+	ns := s.neg.Summary(s.elapsed)
+	es := s.errs.Summary(s.elapsed)
+	achieved := float64(int64(ns.Count)) / s.elapsed.Seconds()
+	return &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage,
+		Figures: []report.Figure{
+			{Name: "subscribers", Value: float64(subs), Unit: ""},
+			{Name: "transitions sent (all subscribers)", Value: float64(ns.Count + es.Errors), Unit: ""},
+			{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
+			{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
+			{Name: "updates delivered", Value: float64(len(sp.c2c[side])), Unit: ""},
+			{Name: "updates missing", Value: float64(sp.missing[side]), Unit: ""},
+			{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
+			{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
+			{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
+			{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
+			{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
+			{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
+			{Name: "answers without a commit stamp (measured from the answer)", Value: float64(sp.unstamped[side]), Unit: ""},
+			{Name: "schedule lag p99", Value: ms(s.lagP99), Unit: "ms"},
+		}}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -716,20 +743,21 @@ func (s *pgScenarios) fanoutService(ctx context.Context, n int, cleanup *[]func(
 		func(int) []op {
 			return []op{{id: "1", query: `subscription($b: ID!) { voucherUpdated(businessId: $b) ` + voucherSelection + ` }`, vars: map[string]any{"b": biz}}}
 		},
-		func(i int, m wsclient.Message, at time.Time) {
-			u, err := parseUpdate(m)
-			if err != nil {
+		func(i int, raw []byte, at time.Time) {
+			id, ver, ok := voucherUpdate(raw)
+			if !ok {
+				_, err := parseUpdate(raw)
 				bad.Add(1)
-				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, m.Raw))
+				badMsg.CompareAndSwap(nil, fmt.Sprintf("%v %.200s", err, raw))
 				return
 			}
-			if u.Data.VoucherUpdated.ID != v.ID {
+			if string(id) != v.ID {
 				return
 			}
 			mu.Lock()
-			byVersion[u.Data.VoucherUpdated.Version] = append(byVersion[u.Data.VoucherUpdated.Version], at)
+			byVersion[ver] = append(byVersion[ver], at)
 			if frame == nil {
-				frame = append([]byte(nil), m.Raw...)
+				frame = append([]byte(nil), raw...)
 			}
 			mu.Unlock()
 		})
@@ -809,7 +837,7 @@ func (s *pgScenarios) fanoutFloor(ctx context.Context, n int, frame []byte, clea
 	var mu sync.Mutex
 	seen := make([]int, n)
 	byEvent := map[int][]time.Time{}
-	subs, err := openSubs(ctx, func(int) string { return "ws://" + addr + "/ws" }, nil, n, 32, nil, func(i int, m wsclient.Message, at time.Time) {
+	subs, err := openSubs(ctx, func(int) string { return "ws://" + addr + "/ws" }, nil, n, 32, nil, func(i int, _ []byte, at time.Time) {
 		mu.Lock()
 		seen[i]++
 		byEvent[seen[i]] = append(byEvent[seen[i]], at)
@@ -917,7 +945,7 @@ func (s *pgScenarios) idle(ctx context.Context) {
 				}
 				return ops
 			},
-			func(int, wsclient.Message, time.Time) { msgs.Add(1) })
+			func(int, []byte, time.Time) { msgs.Add(1) })
 		if err != nil {
 			return err
 		}
@@ -998,4 +1026,56 @@ func b2f(b bool) float64 {
 		return 1
 	}
 	return 0
+}
+
+// selfGC starts counting the bench process's own heap allocations and
+// garbage collections (its load generator, its subscribers, and the
+// NOTIFY floor's client, which run in it beside the service); the
+// function it returns reports them over the phase, per transition sent.
+// A collection stops the subscribers' reads as it stops the service's
+// writes, so these say how much of a tail the bench could be adding.
+func selfGC() func(sent int) []report.Figure {
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	return func(sent int) []report.Figure {
+		var after runtime.MemStats
+		runtime.ReadMemStats(&after)
+		var worst uint64
+		for c := before.NumGC; c < after.NumGC && after.NumGC-c <= 256; c++ {
+			worst = max(worst, after.PauseNs[c%256])
+		}
+		return []report.Figure{
+			{Name: SelfAllocsFigure, Value: float64(after.Mallocs-before.Mallocs) / float64(max(sent, 1)), Unit: ""},
+			{Name: "bench process: garbage collections during the phase", Value: float64(after.NumGC - before.NumGC), Unit: ""},
+			{Name: "bench process: longest stop-the-world pause", Value: float64(worst) / 1e6, Unit: "ms"},
+		}
+	}
+}
+
+// SelfAllocsFigure is the bench process's heap allocations per transition
+// sent during a commit→subscriber phase (selfGC).
+const SelfAllocsFigure = "bench process: heap allocations per transition sent (load generator, subscribers, floor client)"
+
+// quietGC collects once and turns the bench process's garbage collector
+// off until the function it returns is called (which collects and
+// restores it). A commit→subscriber phase allocates a few tens of MB in
+// the bench (the lean readers one small object per frame, the load
+// generator and the NOTIFY floor's client a few dozen per transition), so
+// nothing needs collecting while it runs; with the collector on it ran
+// every 2 s, each time stopping the subscribers, the load generator and
+// the floor's client for up to 3.5 ms (selfGC's figures, "Issue 25, third
+// pass" in docs/performance.md). A memory limit 512 MiB above the live
+// heap stays as a backstop, so a phase that allocates more than expected
+// is collected rather than run out of memory.
+func quietGC() (restore func()) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	pct := debug.SetGCPercent(-1)
+	limit := debug.SetMemoryLimit(int64(m.HeapAlloc) + 512<<20)
+	return func() {
+		debug.SetGCPercent(pct)
+		debug.SetMemoryLimit(limit)
+		runtime.GC()
+	}
 }

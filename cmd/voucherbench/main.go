@@ -6,7 +6,8 @@
 // figure with its reference, ratio and target, writing bench/out/results.json
 // and bench/out/report.html. See docs/performance.md.
 //
-// "voucherbench floor -config FILE" is the floor servers' child process.
+// "voucherbench floor -config FILE" is the floor servers' child process;
+// "voucherbench nats -addr A -monitor M" the scaling group's NATS server.
 package main
 
 import (
@@ -33,6 +34,8 @@ func main() {
 	var err error
 	if len(os.Args) > 1 && os.Args[1] == "floor" {
 		err = runFloor(os.Args[2:], log)
+	} else if len(os.Args) > 1 && os.Args[1] == "nats" {
+		err = runNATS(os.Args[2:])
 	} else {
 		err = runBench(os.Args[1:], log)
 	}
@@ -59,6 +62,19 @@ func runFloor(args []string, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return floor.Serve(ctx, cfg, log)
+}
+
+// runNATS is the scaling group's NATS server, in a process of its own.
+func runNATS(args []string) error {
+	fs := flag.NewFlagSet("nats", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:4222", "client address")
+	monitor := fs.String("monitor", "127.0.0.1:8222", "monitoring address (/healthz)")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	return harness.ServeNATS(ctx, *addr, *monitor)
 }
 
 func runBench(args []string, log *slog.Logger) error {

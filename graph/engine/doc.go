@@ -12,9 +12,11 @@
 //
 //   - Post replaces transport.POST. It decodes the body graph's limitBody
 //     already read (NewReadBody; gqlgen reads it again into a new buffer),
-//     with decodeParams when limitBody's JSON check passed it (encoding/json
-//     took 0.75 ms for a 59 KiB document; docs/hardening.md), sets its one
-//     header without building header maps, and writes a
+//     with decodeParams when limitBody's JSON check passed it, variables
+//     included (encoding/json took 0.75 ms for a 59 KiB document;
+//     docs/hardening.md), recognises application/json without
+//     mime.ParseMediaType, sets its one header without building header
+//     maps, and writes a
 //     data-only answer as {"data":...} around the executor's bytes (gqlgen
 //     passes them through json.Marshal, which validates, compacts and
 //     copies them once more). With the complexity memo, the whole /graphql

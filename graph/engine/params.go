@@ -15,9 +15,11 @@ import (
 // key) into p, as encoding/json would, without its cost: encoding/json
 // scans a body twice at under 100 MB/s, 0.75 ms for a 59 KiB document,
 // which was most of what refusing an oversized document cost. The query
-// and operationName strings are unquoted here in one pass; variables and
-// extensions, usually small, are decoded by encoding/json from their own
-// bytes (numbers as json.Number, as gqlgen decodes them).
+// and operationName strings are unquoted here in one pass, and variables
+// and extensions decoded here too, as encoding/json decodes them into a
+// map with UseNumber (numbers as json.Number, as gqlgen decodes them);
+// handing them to encoding/json was most of what decoding a read's
+// parameters cost.
 //
 // It reports false, leaving p untouched, for anything it does not read
 // exactly as encoding/json does (a key with an escape or outside ASCII,
@@ -50,7 +52,7 @@ func decodeParams(b []byte, p *graphql.RawParams) bool {
 		d.ws()
 		field := -1
 		for i, name := range [...]string{"query", "operationName", "variables", "extensions"} {
-			if strings.EqualFold(key, name) {
+			if bytes.EqualFold(key, []byte(name)) {
 				field = i
 			}
 		}
@@ -130,10 +132,11 @@ func (d *paramsDecoder) byte(c byte) bool {
 	return false
 }
 
-// key reads a member name made of printable ASCII without escapes.
-func (d *paramsDecoder) key() (string, bool) {
+// key reads a member name made of printable ASCII without escapes; the
+// name is b's own bytes (only compared, never kept).
+func (d *paramsDecoder) key() ([]byte, bool) {
 	if !d.byte('"') {
-		return "", false
+		return nil, false
 	}
 	start := d.i
 	for d.i < len(d.b) {
@@ -141,13 +144,13 @@ func (d *paramsDecoder) key() (string, bool) {
 		switch {
 		case c == '"':
 			d.i++
-			return string(d.b[start : d.i-1]), true
+			return d.b[start : d.i-1], true
 		case c == '\\' || c < 0x20 || c >= utf8.RuneSelf:
-			return "", false
+			return nil, false
 		}
 		d.i++
 	}
-	return "", false
+	return nil, false
 }
 
 // stringOrNull reads a string (unquoted) or null ("", as encoding/json
@@ -156,6 +159,11 @@ func (d *paramsDecoder) stringOrNull() (string, bool) {
 	if d.literal("null") {
 		return "", true
 	}
+	return d.str()
+}
+
+// str reads a string at its opening quote, unquoted.
+func (d *paramsDecoder) str() (string, bool) {
 	if !d.byte('"') {
 		return "", false
 	}
@@ -269,8 +277,12 @@ func (d *paramsDecoder) hex4() (rune, bool) {
 	return r, true
 }
 
-// objectOrNull decodes an object with encoding/json (numbers as
-// json.Number), or reads null (nil).
+// objectOrNull decodes an object as encoding/json decodes one into a
+// map[string]any with UseNumber (objects as map[string]any, arrays as
+// []any, numbers as json.Number, the last of repeated keys), or reads null
+// (nil). It used to hand the object's bytes to encoding/json, which was
+// most of what decoding a read's parameters cost (its decoder and scanner
+// for one {"id": ...}).
 func (d *paramsDecoder) objectOrNull() (map[string]any, bool) {
 	if d.literal("null") {
 		return nil, true
@@ -278,17 +290,96 @@ func (d *paramsDecoder) objectOrNull() (map[string]any, bool) {
 	if d.i >= len(d.b) || d.b[d.i] != '{' {
 		return nil, false
 	}
-	start := d.i
-	if !d.skip() {
+	v, ok := d.value(0)
+	if !ok {
 		return nil, false
 	}
-	var m map[string]any
-	dec := json.NewDecoder(bytes.NewReader(d.b[start:d.i]))
-	dec.UseNumber()
-	if err := dec.Decode(&m); err != nil {
+	m, ok := v.(map[string]any)
+	return m, ok
+}
+
+// maxValueDepth is the deepest nesting value decodes; deeper values are
+// declined (encoding/json then decodes them, or refuses them as it always
+// did).
+const maxValueDepth = 64
+
+// value decodes one JSON value (valid, as CheckJSON found it).
+func (d *paramsDecoder) value(depth int) (any, bool) {
+	if depth > maxValueDepth || d.i >= len(d.b) {
 		return nil, false
 	}
-	return m, true
+	switch c := d.b[d.i]; {
+	case c == '{':
+		d.i++
+		m := map[string]any{}
+		d.ws()
+		if d.byte('}') {
+			return m, true
+		}
+		for {
+			d.ws()
+			k, ok := d.str()
+			if !ok {
+				return nil, false
+			}
+			d.ws()
+			if !d.byte(':') {
+				return nil, false
+			}
+			d.ws()
+			v, ok := d.value(depth + 1)
+			if !ok {
+				return nil, false
+			}
+			m[k] = v
+			d.ws()
+			switch {
+			case d.byte(','):
+			case d.byte('}'):
+				return m, true
+			default:
+				return nil, false
+			}
+		}
+	case c == '[':
+		d.i++
+		a := []any{}
+		d.ws()
+		if d.byte(']') {
+			return a, true
+		}
+		for {
+			d.ws()
+			v, ok := d.value(depth + 1)
+			if !ok {
+				return nil, false
+			}
+			a = append(a, v)
+			d.ws()
+			switch {
+			case d.byte(','):
+			case d.byte(']'):
+				return a, true
+			default:
+				return nil, false
+			}
+		}
+	case c == '"':
+		return d.str()
+	case c == 't':
+		return true, d.literal("true")
+	case c == 'f':
+		return false, d.literal("false")
+	case c == 'n':
+		return nil, d.literal("null")
+	case c == '-' || (c >= '0' && c <= '9'):
+		start := d.i
+		for d.i < len(d.b) && strings.IndexByte("0123456789+-.eE", d.b[d.i]) >= 0 {
+			d.i++
+		}
+		return json.Number(d.b[start:d.i]), true
+	}
+	return nil, false
 }
 
 func (d *paramsDecoder) literal(s string) bool {

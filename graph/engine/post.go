@@ -30,8 +30,18 @@ type Post struct {
 
 var _ graphql.Transport = Post{}
 
-// Supports is gqlgen's: a POST with a JSON body.
-func (t Post) Supports(r *http.Request) bool { return t.gqlgen.Supports(r) }
+// Supports is gqlgen's: a POST with a JSON body, not an upgrade. The
+// common Content-Type, exactly application/json, is recognised without
+// gqlgen's mime.ParseMediaType (which builds a parameter map per call).
+func (t Post) Supports(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	if ct := r.Header["Content-Type"]; len(ct) > 0 && ct[0] == "application/json" && r.Header.Get("Upgrade") == "" {
+		return true
+	}
+	return t.gqlgen.Supports(r)
+}
 
 // Response media types, as gqlgen names them; each header value is shared
 // by every response (net/http only reads it).
@@ -122,16 +132,18 @@ func ResponseType(accept string) []string {
 // through the embedded reader by whoever reads the request body. checked
 // says httpx.CheckJSON accepted b (decodeParams may read it).
 type readBody struct {
-	*bytes.Reader
-	b       []byte
-	checked bool
+	bytes.Reader // held, not pointed to: one allocation per body
+	b            []byte
+	checked      bool
 }
 
 // NewReadBody is a request body holding b, which the door has read whole:
 // Post decodes b itself instead of reading the body again. checked says
 // httpx.CheckJSON accepted b.
 func NewReadBody(b []byte, checked bool) io.ReadCloser {
-	return &readBody{Reader: bytes.NewReader(b), b: b, checked: checked}
+	rb := &readBody{b: b, checked: checked}
+	rb.Reset(b)
+	return rb
 }
 
 func (*readBody) Close() error { return nil }

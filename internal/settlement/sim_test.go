@@ -173,13 +173,23 @@ func (w *simWorld) transfer(t *testing.T, from testchain.Account, tk common.Addr
 	return w.send(t, from, &tk, nil, testchain.TransferData(common.HexToAddress(to), units(amount, decimals))).Hex()
 }
 
-// later moves the service's clock and the chain's together (with no
-// transaction waiting: the simulated chain adjusts only an empty block).
+// later moves the service's clock and the chain's together. The simulated
+// chain moves only an empty block in time, and the service under test may
+// have put a transaction of its own in the pool since the last block (a
+// sweep, sent in the background): that is mined first, and the move tried
+// again.
 func (w *simWorld) later(t *testing.T, d time.Duration) {
 	t.Helper()
 	w.clock.Add(d)
-	if err := w.sim.AdjustTime(d); err != nil {
-		t.Fatal(err)
+	for i := 0; ; i++ {
+		err := w.sim.AdjustTime(d)
+		if err == nil {
+			return
+		}
+		if i == 50 {
+			t.Fatal(err)
+		}
+		w.sim.Commit()
 	}
 }
 
