@@ -7,7 +7,6 @@ import (
 	"io"
 	"net/http"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -117,25 +116,16 @@ func benchDelivery(b *testing.B, path string, subs int) {
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPU(b)
+	cpu0 := processCPU()
 	for i := range b.N {
 		wg.Add(subs)
 		publish(changes[i])
 		wg.Wait()
 	}
 	b.StopTimer()
-	cpu := processCPU(b) - cpu0
+	cpu := processCPU() - cpu0
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(subs), "ns/delivery")
 	// The process's CPU (server and clients) per delivery: on a shared
 	// machine it moves less than the elapsed time does.
 	b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N)/float64(subs), "cpu-ns/delivery")
-}
-
-// processCPU is the CPU time (user and system) this process has used.
-func processCPU(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
