@@ -143,15 +143,30 @@ func (w *simWorld) minedNow(t *testing.T, h common.Hash) {
 	}
 }
 
-// inPool waits until the node has h (its pool takes transactions in
-// asynchronously), so the next Commit mines it.
+// inPool waits until the node's pool holds h as executable, so the next
+// Commit mines it. The pool takes transactions in asynchronously and first
+// queues them: a transaction the node already knows by hash may not be
+// promoted yet, and a Commit then mines a block without it (a payer left
+// unfunded, a pending transaction that keeps the chain's time from moving).
+// It is executable once the pool's next nonce for its sender is past it.
 func (w *simWorld) inPool(t *testing.T, h common.Hash) {
 	t.Helper()
+	ctx := context.Background()
 	for i := 0; ; i++ {
-		if _, _, err := w.sim.Client.TransactionByHash(context.Background(), h); err == nil {
-			return
-		} else if i > 200 {
-			t.Fatalf("transaction %s never reached the pool: %v", h.Hex(), err)
+		tx, _, err := w.sim.Client.TransactionByHash(ctx, h)
+		if err == nil {
+			from, serr := types.Sender(types.LatestSignerForChainID(tx.ChainId()), tx)
+			if serr != nil {
+				t.Fatal(serr)
+			}
+			next, nerr := w.sim.Client.PendingNonceAt(ctx, from)
+			if nerr == nil && next > tx.Nonce() {
+				return
+			}
+			err = nerr
+		}
+		if i > 400 {
+			t.Fatalf("transaction %s never became executable in the pool: %v", h.Hex(), err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
