@@ -207,6 +207,22 @@ func SendNonce(ctx context.Context, b Backend, from Account, nonce uint64, to *c
 	if err := b.SendTransaction(ctx, signed); err != nil {
 		return common.Hash{}, err
 	}
+	// A simulated chain's pool takes a transaction in asynchronously: it is
+	// queued first and made executable in the background, and a Commit
+	// before that mines a block without it (a cold make test saw a sender
+	// left unfunded and a reverted transaction missing from its block).
+	// Wait, a moment at most, until the node's pending nonce for the sender
+	// is past this one; a real node (anvil) answers so at once.
+	for i := 0; i < 500; i++ {
+		if n, err := b.PendingNonceAt(ctx, from.Address); err != nil || n > nonce {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return signed.Hash(), nil
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 	return signed.Hash(), nil
 }
 
