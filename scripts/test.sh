@@ -32,7 +32,7 @@ cleanup() {
 		kill -TERM "$pgd" 2>/dev/null
 		wait "$pgd" 2>/dev/null
 	fi
-	rm -rf "$lintlog" "$bindir"
+	rm -rf "$lintlog" "$bindir" "$genlog" "$gencopy"
 }
 trap cleanup EXIT
 
@@ -40,6 +40,34 @@ trap cleanup EXIT
 # the caller's so the lint's tools are built as they always are.
 GOFLAGS="$base_goflags" make --no-print-directory lint TREEFLAGS="$TREEFLAGS" >"$lintlog" 2>&1 &
 lint=$!
+
+# check-generated, in a copy of the tree, beside the suite: make generate
+# rewrites the generated files (ent, gqlgen's, the printed schema, the
+# OpenAPI document), so in place it had to finish before anything compiled
+# the tree; entc and gqlgen run mostly on one core. In a copy it overlaps
+# the suite, and the copy's generated files are compared with the tree's:
+# any difference fails the run, as `make check-generated` does.
+genlog=$(mktemp)
+gencopy=$(mktemp -d)
+(
+	git ls-files -z --cached --others --exclude-standard |
+		tar --null --ignore-failed-read -T - -cf - 2>/dev/null | tar -xf - -C "$gencopy" &&
+		cd "$gencopy" &&
+		GOFLAGS="$base_goflags" make --no-print-directory generate-sources &&
+		# printschema and openapigen import the doors: they run once the
+		# voucherd build below has compiled the tree (raced, as they are
+		# built), so the two go commands do not compile the same packages
+		# at the same time.
+		until [[ -e $bindir/voucherd || -e $bindir/voucherd.failed ]]; do sleep 1; done &&
+		GOFLAGS="$base_goflags" make --no-print-directory generate-documents TREEFLAGS="$TREEFLAGS" &&
+		cd - >/dev/null &&
+		if ! diff -r -q -x "*.test" -x "*.prof" "$gencopy/ent" ent || ! diff -r -q -x "*.test" -x "*.prof" "$gencopy/graph" graph ||
+			! diff -q "$gencopy/gqlgen.yml" gqlgen.yml || ! diff -q "$gencopy/rest/openapi.json" rest/openapi.json; then
+			echo "generated code is stale: run 'make generate' (and 'make migration NAME=...') and commit"
+			exit 1
+		fi
+) >"$genlog" 2>&1 &
+gen=$!
 
 # One PostgreSQL cluster for every package (testsupport/testpg/testpgd,
 # passed as TESTPG_URL; each test still gets a database of its own),
@@ -54,7 +82,11 @@ fi
 # One voucherd binary for every package that runs it (testsupport/testserver
 # reads VOUCHERD_TEST_BIN), instead of one link per package. Built raced
 # like the rest: the end-to-end tests also race the service itself.
-"$GO" build -o "$bindir/voucherd" ./cmd/voucherd || { wait "$lint"; exit 1; }
+if ! "$GO" build -o "$bindir/voucherd" ./cmd/voucherd; then
+	touch "$bindir/voucherd.failed"
+	wait "$lint" "$gen"
+	exit 1
+fi
 export VOUCHERD_TEST_BIN="$bindir/voucherd"
 
 if [[ -n $pgd ]]; then
@@ -101,6 +133,22 @@ if ((${#alongside[@]})); then
 	"$GO" test $TEST_FLAGS -race -vet=off -count=1 -p 1 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
 	alongside_pid=$!
 fi
+# The longest packages first: go test starts packages in the order given
+# (and prints them in that order), so a long package listed last ran alone
+# at the end while the other core idled. LONG_PKGS are the longest of a
+# measured run (docs/testing.md), longest first; the others follow in
+# import path order.
+LONG_PKGS=${LONG_PKGS-"./graph ./rest ./checkoutpage ./internal/webhook ./internal/settlement ./internal/voucher ./internal/pubsub ./internal/ratelimit ./internal/session ./internal/storage ./bench/harness"}
+ordered=()
+for l in $LONG_PKGS; do
+	for p in "${rest[@]}"; do
+		[[ $p == "$module/${l#./}" ]] && ordered+=("$p")
+	done
+done
+for p in "${rest[@]}"; do
+	[[ " ${ordered[*]} " == *" $p "* ]] || ordered+=("$p")
+done
+rest=("${ordered[@]}")
 testrc=0
 if ((${#rest[@]})); then
 	# shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
@@ -116,6 +164,11 @@ fi
 rm -f "$alongsidelog"
 ((testrc == 0)) && testrc=$alongside_rc
 
+wait "$gen"
+genrc=$?
+echo "== check-generated (make generate in a copy of the tree, beside the suite): exit $genrc"
+cat "$genlog"
+
 wait "$lint"
 lintrc=$?
 echo "== make lint (ran beside the suite): exit $lintrc"
@@ -127,4 +180,7 @@ fi
 if ((lintrc != 0)); then
 	echo "FAIL: make lint exited $lintrc" >&2
 fi
-((testrc == 0 && lintrc == 0))
+if ((genrc != 0)); then
+	echo "FAIL: check-generated exited $genrc" >&2
+fi
+((testrc == 0 && lintrc == 0 && genrc == 0))
