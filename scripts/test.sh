@@ -37,8 +37,15 @@ cleanup() {
 trap cleanup EXIT
 
 # make lint's go vet and staticcheck read TREEFLAGS; GOFLAGS goes back to
-# the caller's so the lint's tools are built as they always are.
-GOFLAGS="$base_goflags" make --no-print-directory lint TREEFLAGS="$TREEFLAGS" >"$lintlog" 2>&1 &
+# the caller's so the lint's tools are built as they always are. It starts
+# once the voucherd build below has compiled the tree: go vet and
+# staticcheck's loader compile what they read, and two go commands
+# compiling the same packages at once each do the work (the build cache
+# does not share a compile in progress).
+(
+	until [[ -e $bindir/voucherd || -e $bindir/voucherd.failed ]]; do sleep 1; done
+	GOFLAGS="$base_goflags" make --no-print-directory lint TREEFLAGS="$TREEFLAGS"
+) >"$lintlog" 2>&1 &
 lint=$!
 
 # check-generated, in a copy of the tree, beside the suite: make generate
@@ -130,7 +137,10 @@ alongside_rc=0
 alongside_pid=
 if ((${#alongside[@]})); then
 	# shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
-	"$GO" test $TEST_FLAGS -race -vet=off -count=1 -p 1 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
+	# -parallel 4: its parallel tests wait on the binaries they start far
+	# more than they compute, so two at a time (the default, one per core)
+	# left it the last package running.
+	"$GO" test $TEST_FLAGS -race -vet=off -count=1 -p 1 -parallel 4 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
 	alongside_pid=$!
 fi
 # The longest packages first: go test starts packages in the order given
