@@ -141,11 +141,11 @@ alongside_rc=0
 alongside_pid=
 if ((${#alongside[@]})); then
 	# shellcheck disable=SC2086 # TEST_FLAGS is a list of flags
-	# -parallel 8: its parallel tests wait on the binaries they start far
+	# -parallel 4: its parallel tests wait on the binaries they start far
 	# more than they compute, so two at a time (the default, one per core)
-	# left it the last package running (four at a time: still last, 26 s
-	# after the others in a cold run).
-	"$GO" test $TEST_FLAGS -race -vet=off $LINKFLAGS -count=1 -p 1 -parallel 8 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
+	# left it the last package running. (Eight at a time was slower: its
+	# services then took CPU from the other packages' compiles and runs.)
+	"$GO" test $TEST_FLAGS -race -vet=off $LINKFLAGS -count=1 -p 1 -parallel 4 -timeout "$TEST_TIMEOUT" "${alongside[@]}" >"$alongsidelog" 2>&1 &
 	alongside_pid=$!
 fi
 # The longest packages first: go test starts packages in the order given
