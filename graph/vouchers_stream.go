@@ -130,7 +130,7 @@ func (s *voucherStream) Next(ctx context.Context, wait bool) (*ent.Voucher, engi
 }
 
 // Notify hands the hub the transport's callback.
-func (s *voucherStream) Notify(ready func()) { s.sub.Notify(ready) }
+func (s *voucherStream) Notify(ready func(now bool)) { s.sub.Notify(ready) }
 
 // Close leaves the hub.
 func (s *voucherStream) Close() { s.sub.Close() }

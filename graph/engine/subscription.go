@@ -113,7 +113,7 @@ func (c *runCtx) Value(key any) any {
 // runner is what Exec needs of a subscription Subscribe started.
 type runner interface {
 	common() *subCommon
-	notify(ready func())
+	notify(ready func(now bool))
 	next(ctx context.Context) *graphql.Response
 }
 
@@ -246,8 +246,10 @@ type Stream[V any] interface {
 	// ended (the client left).
 	Next(ctx context.Context, wait bool) (v V, ev Shared, ok bool, err error)
 	// Notify makes the stream call ready, without blocking, whenever Next
-	// has something to return (or the stream ended).
-	Notify(ready func())
+	// has something to return (or the stream ended). now passes on the
+	// publisher's word that its goroutine may do the subscriber's work
+	// itself (pubsub.Subscription.Notify).
+	Notify(ready func(now bool))
 	// Close ends the stream; called once the operation ends.
 	Close()
 }
@@ -328,7 +330,7 @@ type subRun[V, S any, P StreamOf[V, S]] struct {
 	stream S
 }
 
-func (run *subRun[V, S, P]) notify(ready func()) { P(&run.stream).Notify(ready) }
+func (run *subRun[V, S, P]) notify(ready func(now bool)) { P(&run.stream).Notify(ready) }
 
 // next is the subscription's response handler: it waits for the next
 // value worth sending and returns it rendered. Driven by the websocket

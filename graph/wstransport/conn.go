@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -46,8 +47,11 @@ type Conn struct {
 	t       *Transport
 	ws      *websocket.Conn
 	netConn net.Conn
-	exec    graphql.GraphExecutor
-	legacy  bool
+	// raw is the socket's file descriptor access, nil when the connection
+	// has none (TLS, a test pipe): drained then says no.
+	raw    syscall.RawConn
+	exec   graphql.GraphExecutor
+	legacy bool
 
 	req    context.Context // the upgrade request's context, for its values
 	ctx    context.Context // the connection's own context (connValues, with an end of its own)
@@ -84,6 +88,12 @@ type Conn struct {
 	// Under t.sched.mu.
 	wake    time.Time
 	heapIdx int
+
+	// deferred is a message a publisher's goroutine left unwritten
+	// (sendResponse): the worker that takes the connection next writes it
+	// before anything else. Touched only by whoever works on the
+	// connection (c.scheduled set by it).
+	deferred []byte
 
 	// Writes. closing stops new writes; closeSent says the close frame
 	// went out (or the socket was dropped without one).
@@ -557,27 +567,54 @@ func (c *Conn) onTimer() {
 // work runs on a worker of the pool: the connection's due timer and its
 // ready subscriptions, until nothing is left. At most one worker works on a
 // connection at a time, so a slow client holds up one worker at most.
-func (c *Conn) work() {
+func (c *Conn) work() { c.workPasses(-1, false) }
+
+// workNow is work in a goroutine that signalled the connection (ready with
+// now; c.scheduled set by it): one pass over what is ready, and whatever
+// is ready after it goes to the pool, so a publisher does its own change's
+// work and no more.
+func (c *Conn) workNow() {
+	if c.workPasses(1, true) {
+		c.t.pool.push(c)
+	}
+}
+
+// workPasses works on the connection for at most passes passes (no bound
+// when negative). It reports whether work was left when it stopped (the
+// connection still scheduled); otherwise it cleared c.scheduled. inline
+// is workNow's: a message too large to write there stops the pass, and
+// what it did not get to is queued again for the pool.
+func (c *Conn) workPasses(passes int, inline bool) (left bool) {
 	var done []*op // the array of the ops worked on last, cleared
-	for {
+	if !inline && c.deferred != nil {
+		msg := c.deferred
+		c.deferred = nil
+		c.write(msg)
+	}
+	for pass := 0; ; pass++ {
 		c.mu.Lock()
 		if done != nil && c.spareOps == nil && cap(done) <= 8 {
 			c.spareOps = done[:0]
 		}
 		if c.torn {
 			c.readyOps, c.spareOps, c.timerDue, c.scheduled = nil, nil, false, false
+			c.deferred = nil
 			c.mu.Unlock()
-			return
+			return false
+		}
+		if len(c.readyOps) == 0 && !c.timerDue && c.deferred == nil {
+			c.scheduled = false
+			c.mu.Unlock()
+			return false
+		}
+		if passes >= 0 && pass == passes {
+			c.mu.Unlock()
+			return true
 		}
 		ops := c.readyOps
 		c.readyOps, c.spareOps = c.spareOps[:0], nil
 		timer := c.timerDue
 		c.timerDue = false
-		if len(ops) == 0 && !timer {
-			c.scheduled = false
-			c.mu.Unlock()
-			return
-		}
 		n := 0
 		for _, o := range ops {
 			o.queued = false
@@ -593,8 +630,21 @@ func (c *Conn) work() {
 		if timer {
 			c.onTimer()
 		}
-		for _, o := range ops {
-			c.drain(o)
+		for i, o := range ops {
+			if c.deferred == nil && !c.drain(o, inline) {
+				continue
+			}
+			// A message was left for the pool: this operation and the
+			// ones after it go back in the queue, in order.
+			c.mu.Lock()
+			for _, o := range ops[i:] {
+				if !o.queued && !o.finished {
+					o.queued = true
+					c.readyOps = append(c.readyOps, o)
+				}
+			}
+			c.mu.Unlock()
+			break
 		}
 		clear(ops)
 		done = ops

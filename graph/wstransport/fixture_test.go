@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -109,7 +111,7 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 		}
 	}
 	m := s.broker.subscribe(topic)
-	var ready func()
+	var ready func(bool)
 	if f.Name == "events" || f.Name == "directEvents" {
 		// Lean: the mailbox closes through the transport's hook (failing's
 		// through context.AfterFunc, which works for lean ones too).
@@ -122,6 +124,7 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 		context.AfterFunc(ctx, m.close)
 	}
 	h := func(ctx context.Context) *graphql.Response {
+		s.broker.handled(goid())
 		for {
 			v, ok, closed := m.try()
 			switch {
@@ -151,6 +154,32 @@ func (s *schema) Exec(ctx context.Context) graphql.ResponseHandler {
 type broker struct {
 	mu    sync.Mutex
 	boxes map[string][]*mailbox
+	// handlers lists the goroutines that ran subscription handlers, in
+	// order (goid), for the tests of who writes.
+	handlers []int64
+}
+
+func (b *broker) handled(g int64) {
+	b.mu.Lock()
+	b.handlers = append(b.handlers, g)
+	b.mu.Unlock()
+}
+
+// handledBy returns the goroutines that ran handlers since the last call.
+func (b *broker) handledBy() []int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	h := b.handlers
+	b.handlers = nil
+	return h
+}
+
+// goid is the calling goroutine's id, from its stack header.
+func goid() int64 {
+	var buf [64]byte
+	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
+	id, _ := strconv.ParseInt(s[:strings.IndexByte(s, ' ')], 10, 64)
+	return id
 }
 
 type mailbox struct {
@@ -160,7 +189,7 @@ type mailbox struct {
 	mu     sync.Mutex
 	queue  []string
 	closed bool
-	notify func()
+	notify func(bool)
 }
 
 func (b *broker) subscribe(topic string) *mailbox {
@@ -180,7 +209,13 @@ func (b *broker) count(topic string) int {
 	return len(b.boxes[topic])
 }
 
-func (b *broker) publish(topic, v string) {
+// publish queues v for topic's subscribers and signals them as a hub's
+// worker does; publishNow signals them as a publisher handing over its own
+// change does (now: the transport may write from this goroutine).
+func (b *broker) publish(topic, v string)    { b.send(topic, v, false) }
+func (b *broker) publishNow(topic, v string) { b.send(topic, v, true) }
+
+func (b *broker) send(topic, v string, now bool) {
 	b.mu.Lock()
 	boxes := append([]*mailbox(nil), b.boxes[topic]...)
 	b.mu.Unlock()
@@ -194,12 +229,12 @@ func (b *broker) publish(topic, v string) {
 		default:
 		}
 		if notify != nil {
-			notify()
+			notify(now)
 		}
 	}
 }
 
-func (m *mailbox) setNotify(f func()) {
+func (m *mailbox) setNotify(f func(bool)) {
 	m.mu.Lock()
 	m.notify = f
 	m.mu.Unlock()
@@ -247,6 +282,16 @@ type server struct {
 	// wrapped counts the calls of operations' handlers that went through
 	// the executor's per-call wrapper (its response middleware).
 	wrapped atomic.Int64
+
+	mu    sync.Mutex
+	conns []*wstransport.Conn // every connection the default InitFunc accepted, in order
+}
+
+// conn is the i-th connection the default InitFunc accepted.
+func (s *server) conn(i int) *wstransport.Conn {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.conns[i]
 }
 
 // validToken is the only token the test InitFunc accepts.
@@ -263,6 +308,9 @@ func newServer(t testing.TB, opts wstransport.Options, wrap ...func(http.Handler
 		opts.InitFunc = func(ctx context.Context, p transport.InitPayload) (context.Context, *transport.InitPayload, error) {
 			switch p.Authorization() {
 			case "", validToken:
+				s.mu.Lock()
+				s.conns = append(s.conns, wstransport.ConnFromContext(ctx))
+				s.mu.Unlock()
 				return ctx, nil, nil
 			case "Bearer busy":
 				return ctx, nil, &wstransport.CloseError{Code: 4429, Reason: "Too many connections"}

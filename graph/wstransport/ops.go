@@ -40,7 +40,7 @@ type op struct {
 	finished bool
 	silent   bool // ended by a new start with its id (legacy): no complete
 
-	ready func()
+	ready func(now bool)
 	onEnd func() // OnEnd's, run once when the operation ends
 	// direct is HandleDirectly's handler, called instead of the one
 	// DispatchOperation returns. Set while the operation is dispatched
@@ -82,7 +82,10 @@ func opFrom(ctx context.Context) *op {
 // model is a graphql.ResponseHandler that blocks until the next event; on
 // this transport a subscription may instead promise that its handler never
 // blocks, and signal with the returned func each time an event has been
-// queued for it. The transport then calls the handler on its worker pool:
+// queued for it. The transport then calls the handler on its worker pool,
+// or, when the signal says now (the signalling goroutine may do the work:
+// a publisher handing over its own change, holding no lock the handler
+// needs) and the socket can take a message without waiting, right there:
 // it returns the next response, IdleResponse(ctx) when it has nothing to
 // send after all (an event it skips), or nil when the stream is over.
 //
@@ -100,7 +103,7 @@ func opFrom(ctx context.Context) *op {
 // values, the InitFunc's, and this package's), under gqlgen's response
 // context. A handler that needs an OperationContext (to run the generated
 // executor) builds one when it renders, from what it kept.
-func ReadyFromContext(ctx context.Context) func() {
+func ReadyFromContext(ctx context.Context) func(now bool) {
 	o := opFrom(ctx)
 	if o == nil {
 		return nil
@@ -109,7 +112,7 @@ func ReadyFromContext(ctx context.Context) func() {
 	defer o.c.mu.Unlock()
 	if o.ready == nil {
 		o.lean = true
-		o.ready = func() { o.c.ready(o) }
+		o.ready = func(now bool) { o.c.ready(o, now) }
 	}
 	return o.ready
 }
@@ -205,8 +208,13 @@ func AddSubscriptionError(ctx context.Context, err *gqlerror.Error) {
 	}
 }
 
-// ready queues a lean operation for a worker.
-func (c *Conn) ready(o *op) {
+// ready queues a lean operation for a worker, or, with now, works on the
+// connection in the calling goroutine (workNow) when no worker has it and
+// its socket has nothing unsent. That saves the hand-off to a worker (a
+// wake-up, and on a busy machine a wait in the run queue, between a
+// commit and its subscriber) for the common case: a change with a few
+// subscribers, each reading what it is sent.
+func (c *Conn) ready(o *op, now bool) {
 	c.mu.Lock()
 	if c.torn || o.finished {
 		c.mu.Unlock()
@@ -219,9 +227,14 @@ func (c *Conn) ready(o *op) {
 	schedule := !c.scheduled
 	c.scheduled = true
 	c.mu.Unlock()
-	if schedule {
-		c.t.pool.push(c)
+	if !schedule {
+		return
 	}
+	if now && !c.t.opts.NoInlineWrites && c.drained() {
+		c.workNow()
+		return
+	}
+	c.t.pool.push(c)
 }
 
 // startOp registers a subscribe (start) and dispatches it on a goroutine of
@@ -259,7 +272,7 @@ func (c *Conn) startOp(m *inMsg, start time.Time) {
 		c.mu.Unlock()
 		if replaced != nil {
 			replaced.cancel()
-			c.ready(replaced)
+			c.ready(replaced, false)
 		}
 		err := c.t.opts.OperationLimitError(limit)
 		resp := c.exec.DispatchError(ctx, gqlerror.List{{Message: err.Error(), Err: err}})
@@ -274,7 +287,7 @@ func (c *Conn) startOp(m *inMsg, start time.Time) {
 	c.mu.Unlock()
 	if replaced != nil {
 		replaced.cancel()
-		c.ready(replaced)
+		c.ready(replaced, false)
 	}
 	c.t.ops.Add(1)
 	if m.refused != nil {
@@ -295,7 +308,7 @@ func (c *Conn) stopOp(id string) {
 		return
 	}
 	o.cancel()
-	c.ready(o)
+	c.ready(o, false)
 }
 
 func (c *Conn) findLocked(id string) *op {
@@ -394,7 +407,7 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 		// hangs off them are garbage once this returns.
 		if counted {
 			c.t.lean.Add(1)
-			c.ready(o) // the first call: a current state, or an early event
+			c.ready(o, false) // the first call: a current state, or an early event
 		}
 		return
 	}
@@ -403,7 +416,7 @@ func (c *Conn) runOp(o *op, payload json.RawMessage, start time.Time) {
 		if resp == nil {
 			break
 		}
-		c.sendResponse(o.id, resp)
+		c.sendResponse(o.id, resp, false)
 	}
 	c.finish(o)
 }
@@ -426,7 +439,9 @@ func (c *Conn) refuseOp(o *op, err error) {
 }
 
 // drain calls a lean operation's handler until it has nothing more to send.
-func (c *Conn) drain(o *op) {
+// With inline (a publisher's goroutine, workNow) it stops at a message too
+// large to write there, which it leaves in c.deferred, and reports true.
+func (c *Conn) drain(o *op, inline bool) (deferred bool) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.mu.Lock()
@@ -450,7 +465,9 @@ func (c *Conn) drain(o *op) {
 		case resp == idle:
 			return
 		}
-		c.sendResponse(o.id, resp)
+		if !c.sendResponse(o.id, resp, inline) {
+			return true
+		}
 	}
 }
 
@@ -483,7 +500,7 @@ func (c *Conn) endEarly(o *op, kind string, resp *graphql.Response) {
 	if kind == "error" {
 		c.sendErrors(o.id, resp.Errors)
 	} else {
-		c.sendResponse(o.id, &graphql.Response{Errors: resp.Errors})
+		c.sendResponse(o.id, &graphql.Response{Errors: resp.Errors}, false)
 	}
 	c.write(appendMsg(nil, "complete", o.id, nil))
 }
@@ -543,19 +560,35 @@ func (c *Conn) dataType() string {
 
 var bufPool = sync.Pool{New: func() any { b := make([]byte, 0, 1024); return &b }}
 
-func (c *Conn) sendResponse(id string, resp *graphql.Response) {
+// inlineWriteMax is the largest message a publisher's goroutine writes
+// itself (workNow). The socket it writes to has nothing unsent (drained),
+// so its send buffer, at least this large even under memory pressure,
+// takes the message without waiting for the client; a larger one is left
+// to the worker pool.
+const inlineWriteMax = 4 << 10
+
+// sendResponse writes resp as the operation's next (data) message. With
+// inline, a message over inlineWriteMax is not written but kept in
+// c.deferred for the worker pool, and sendResponse reports false.
+func (c *Conn) sendResponse(id string, resp *graphql.Response, inline bool) (sent bool) {
 	bp := bufPool.Get().(*[]byte)
 	b := appendMsgHead((*bp)[:0], c.dataType(), id)
 	b, err := appendResponse(b, resp)
-	if err != nil {
+	sent = true
+	switch {
+	case err != nil:
 		c.t.opts.Log.Error("graphql websocket: cannot encode a response", "err", err.Error())
-	} else {
+	case inline && len(b)+1 > inlineWriteMax:
+		c.deferred = append(bytes.Clone(b), '}')
+		sent = false
+	default:
 		c.write(append(b, '}'))
 	}
 	if cap(b) <= 64<<10 {
 		*bp = b[:0]
 		bufPool.Put(bp)
 	}
+	return sent
 }
 
 func (c *Conn) sendErrors(id string, errs gqlerror.List) {

@@ -52,6 +52,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/99designs/gqlgen/graphql"
@@ -102,6 +103,10 @@ type Options struct {
 	// take a message within it is disconnected, so it cannot hold up the
 	// workers that fan events out to everyone else.
 	WriteTimeout time.Duration
+	// NoInlineWrites makes every ready subscription wait for the worker
+	// pool, even when its publisher could write the change itself (see
+	// ReadyFromContext). For tests and measurements of both paths.
+	NoInlineWrites bool
 	// CloseGrace is how long a closing connection waits for the client's
 	// close frame before dropping the TCP connection (default 2s).
 	CloseGrace time.Duration
@@ -254,6 +259,9 @@ func (t *Transport) Do(w http.ResponseWriter, r *http.Request, exec graphql.Grap
 		exec:    exec,
 		legacy:  ws.Subprotocol() != SubprotocolTransportWS,
 		heapIdx: -1,
+	}
+	if sc, ok := c.netConn.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
 	}
 	// The request's context ends when this handler returns; the
 	// connection keeps its values (principal, request id, limiter state)

@@ -708,3 +708,113 @@ func TestHandleDirectly(t *testing.T) {
 		})
 	}
 }
+
+// A publisher that hands over its own change (signals now) writes it from
+// its own goroutine when the socket has nothing unsent; signalled by a
+// hub's worker (not now), or with NoInlineWrites, the change goes through
+// the worker pool. Either way the client gets every value, in order.
+func TestPublisherWritesItself(t *testing.T) {
+	cases := []struct {
+		name   string
+		opts   wstransport.Options
+		now    bool
+		inline bool
+	}{
+		{"now", wstransport.Options{}, true, true},
+		{"not now", wstransport.Options{}, false, false},
+		{"NoInlineWrites", wstransport.Options{NoInlineWrites: true}, true, false},
+	}
+	for _, tc := range cases {
+		for _, field := range []string{"events", "directEvents"} {
+			t.Run(tc.name+"/"+field, func(t *testing.T) {
+				s := newServer(t, tc.opts)
+				c := dial(t, s.url, transportWS)
+				c.init(validToken)
+				c.subscribe("1", fmt.Sprintf(`subscription { e: %s(topic: "a") }`, field))
+				waitFor(t, 2*time.Second, "subscribed", func() bool { return s.broker.count("a") == 1 })
+				s.broker.publish("a", "warm")
+				if v := c.value("1"); v != "warm" {
+					t.Fatalf("got %q", v)
+				}
+				conn := s.conn(0)
+				for _, v := range []string{"x", "y", "z"} {
+					// Everything sent so far acknowledged by the client.
+					waitFor(t, 5*time.Second, "drained", conn.Drained)
+					s.broker.handledBy()
+					me := goid()
+					if tc.now {
+						s.broker.publishNow("a", v)
+					} else {
+						s.broker.publish("a", v)
+					}
+					if got := c.value("1"); got != v {
+						t.Fatalf("got %q, want %q", got, v)
+					}
+					by := s.broker.handledBy()
+					if len(by) == 0 {
+						t.Fatal("no handler call recorded")
+					}
+					for _, g := range by {
+						if (g == me) != tc.inline {
+							t.Fatalf("handler ran on goroutine %d, the publisher is %d: inline = %v, want %v", g, me, g == me, tc.inline)
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// A message too large for a publisher to write without waiting is written
+// by the pool instead, in order with what follows it; and a publisher
+// never waits for a client that does not read.
+func TestPublisherNeverWaits(t *testing.T) {
+	t.Run("large message", func(t *testing.T) {
+		s := newServer(t, wstransport.Options{})
+		c := dial(t, s.url, transportWS)
+		c.init(validToken)
+		c.subscribe("1", events("a"))
+		waitFor(t, 2*time.Second, "subscribed", func() bool { return s.broker.count("a") == 1 })
+		s.broker.publish("a", "warm")
+		if v := c.value("1"); v != "warm" {
+			t.Fatalf("got %q", v)
+		}
+		waitFor(t, 5*time.Second, "drained", s.conn(0).Drained)
+		big := strings.Repeat("b", 64<<10)
+		s.broker.publishNow("a", big)
+		s.broker.publishNow("a", "small")
+		if v := c.value("1"); v != big {
+			t.Fatalf("got %d bytes, want the large value first", len(v))
+		}
+		if v := c.value("1"); v != "small" {
+			t.Fatalf("got %q after the large value", v)
+		}
+	})
+	t.Run("client not reading", func(t *testing.T) {
+		// A write that waited for this client would wait WriteTimeout.
+		s := newServer(t, wstransport.Options{WriteTimeout: time.Minute})
+		slow, _, err := (&websocket.Dialer{Subprotocols: []string{transportWS}}).Dial(s.url, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer slow.Close()
+		_ = slow.WriteJSON(msg{Type: "connection_init"})
+		if _, _, err := slow.ReadMessage(); err != nil {
+			t.Fatal(err)
+		}
+		_ = slow.WriteJSON(msg{Type: "subscribe", ID: "1", Payload: payload(map[string]any{"query": events("a")})})
+		waitFor(t, 2*time.Second, "subscribed", func() bool { return s.broker.count("a") == 1 })
+		v := strings.Repeat("v", 3<<10)
+		start := time.Now()
+		// About 6 MB: well past what the socket buffers take.
+		for i := 0; i < 2000; i++ {
+			s.broker.publishNow("a", fmt.Sprintf("%s%d", v, i))
+		}
+		if d := time.Since(start); d > 20*time.Second {
+			t.Fatalf("publishing to a client that does not read took %v", d)
+		}
+		if s.conn(0).Drained() {
+			t.Fatal("a client that does not read is drained")
+		}
+	})
+}

@@ -178,9 +178,16 @@ func (h *Hub) Publish(c VoucherChange) {
 	}
 	s := h.shardFor(c.ID)
 	if (c.Voucher != nil || len(c.Row) > 0) && !h.closed.Load() && s.sendMu.TryLock() {
-		done := s.sendInline(c)
+		var arr [inlineMax]*Subscription
+		queued, done := s.sendInline(c, arr[:0])
 		s.sendMu.Unlock()
 		if done {
+			// Outside the shard's lock: the subscriber's transport may
+			// now render and write the change from this goroutine.
+			for i, sub := range queued {
+				sub.notifyNow()
+				queued[i] = nil
+			}
 			return
 		}
 	}
@@ -459,14 +466,19 @@ type Subscription struct {
 	queue  []*Event
 	err    error
 	closed bool
-	notify func()
+	notify func(now bool)
 }
 
-// Notify makes the hub call f (from its own goroutine; f must not block)
-// whenever an event is queued or the subscription ends. Set it once,
-// before events can arrive, or right after subscribing and then check
-// Pending.
-func (s *Subscription) Notify(f func()) {
+// Notify makes the hub call f whenever an event is queued or the
+// subscription ends; f must not block. now is true when f is called by the
+// goroutine that published the change (the committing request, or the
+// listener that heard it), holding no lock of the hub, for a change with
+// few subscribers: f may then do the subscriber's work itself (render and
+// write the change) instead of waking another goroutine for it. Otherwise
+// (the hub's worker, a fan-out, the end of the subscription) now is false.
+// Set it once, before events can arrive, or right after subscribing and
+// then check Pending.
+func (s *Subscription) Notify(f func(now bool)) {
 	s.mu.Lock()
 	s.notify = f
 	s.mu.Unlock()
@@ -516,13 +528,29 @@ func (s *Subscription) popLocked() *Event {
 }
 
 // signal wakes a waiting Next and calls the Notify function.
-func (s *Subscription) signal(notify func()) {
+func (s *Subscription) signal(notify func(bool)) {
+	s.wake()
+	if notify != nil {
+		notify(false)
+	}
+}
+
+// wake wakes a waiting Next.
+func (s *Subscription) wake() {
 	select {
 	case s.ready <- struct{}{}:
 	default:
 	}
+}
+
+// notifyNow calls the Notify function from the publishing goroutine, for
+// an event deliverQuiet queued (see Notify).
+func (s *Subscription) notifyNow() {
+	s.mu.Lock()
+	notify := s.notify
+	s.mu.Unlock()
 	if notify != nil {
-		notify()
+		notify(true)
 	}
 }
 
@@ -534,7 +562,19 @@ const (
 	deliverDropped
 )
 
-func (s *Subscription) deliver(ev *Event, max int) deliverResult {
+// deliver queues ev (or replaces the same voucher's older event) and
+// signals the subscriber; past max distinct vouchers waiting it ends the
+// subscription with ErrSlow instead.
+func (s *Subscription) deliver(ev *Event, max int) deliverResult { return s.queueEvent(ev, max, false) }
+
+// deliverQuiet queues ev as deliver does; a queued event wakes a waiting
+// Next but is not yet reported to the Notify function: the caller does
+// that with notifyNow. A dropped subscriber is signalled at once.
+func (s *Subscription) deliverQuiet(ev *Event, max int) deliverResult {
+	return s.queueEvent(ev, max, true)
+}
+
+func (s *Subscription) queueEvent(ev *Event, max int, quiet bool) deliverResult {
 	s.mu.Lock()
 	if s.closed || s.err != nil {
 		s.mu.Unlock()
@@ -559,6 +599,11 @@ func (s *Subscription) deliver(ev *Event, max int) deliverResult {
 		} else {
 			s.queue = append(s.queue, ev)
 		}
+	}
+	if quiet && res == deliverQueued {
+		s.mu.Unlock()
+		s.wake()
+		return res
 	}
 	notify := s.notify
 	s.mu.Unlock()
@@ -635,13 +680,15 @@ type shard struct {
 
 // sendInline dispatches c from the publishing goroutine (sendMu held) when
 // it carries its state and at most inlineMax subscribers follow it; it
-// returns false (nothing done) otherwise, and the worker takes it.
-func (s *shard) sendInline(c VoucherChange) bool {
+// returns done false (nothing done) otherwise, and the worker takes it.
+// The subscribers it queued the change for are appended to queued, not yet
+// notified: Publish notifies them once the shard's lock is released.
+func (s *shard) sendInline(c VoucherChange, queued []*Subscription) (_ []*Subscription, done bool) {
 	h := s.hub
 	// A version already dispatched (this replica's own change coming back
 	// through LISTEN) needs no decoding.
 	if last, ok := s.seen.get(c.ID); ok && c.Version > 0 && c.Version <= last {
-		return true
+		return queued, true
 	}
 	keys := ent.Voucher{ID: c.ID, SessionID: c.SessionID}
 	if c.BusinessID != "" {
@@ -650,20 +697,31 @@ func (s *shard) sendInline(c VoucherChange) bool {
 	var arr [inlineMax]*Subscription
 	buf := h.followers(&keys, arr[:0])
 	if len(buf) > inlineMax {
-		return false
+		return queued, false
 	}
 	v := h.stateOf(c)
 	if v == nil {
-		return false // to be loaded: the worker does that
+		return queued, false // to be loaded: the worker does that
 	}
 	if last, ok := s.seen.get(v.ID); ok && v.Version <= last {
-		return true
+		return queued, true
 	}
 	s.seen.put(v.ID, v.Version)
 	if len(buf) > 0 {
-		h.deliverTo(&Event{Voucher: v}, buf)
+		ev := &Event{Voucher: v}
+		for _, sub := range buf {
+			switch sub.deliverQuiet(ev, h.maxPending) {
+			case deliverDropped:
+				h.dropped.Add(1)
+				h.remove(sub)
+			case deliverQueued:
+				h.delivered.Add(1)
+				queued = append(queued, sub)
+			}
+		}
+		clear(buf)
 	}
-	return true
+	return queued, true
 }
 
 type pendingChange struct {

@@ -440,6 +440,76 @@ func BenchmarkIdleSubscription(b *testing.B) {
 
 func discardLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
+// A change that carries its state, with few subscribers, is reported to
+// them by the publishing goroutine itself (now true), before Publish
+// returns and with none of the hub's locks held: the callback can publish
+// again (a nested Publish on the same shard still goes inline) and read
+// its mailbox. A change without its state goes through the shard's worker
+// (now false), and so does the end of the subscription.
+func TestNotifyNowFromThePublisher(t *testing.T) {
+	l := newFakeLoader()
+	h := newHub(t, l, Options{Shards: 1})
+	a := h.Subscribe(ByVoucher, "vch_a")
+	b := h.Subscribe(ByVoucher, "vch_b")
+	type call struct {
+		now     bool
+		version int
+	}
+	var calls []call // appended to by the callbacks, read after Publish
+	var mu sync.Mutex
+	woken := make(chan call, 8)
+	record := func(s *Subscription) func(bool) {
+		return func(now bool) {
+			ev, err := s.TryNext()
+			c := call{now: now}
+			if err == nil && ev != nil {
+				c.version = ev.Voucher.Version
+			}
+			mu.Lock()
+			calls = append(calls, c)
+			mu.Unlock()
+			woken <- c
+		}
+	}
+	a.Notify(func(now bool) {
+		record(a)(now)
+		if now {
+			// The shard's lock is free: b's change goes inline too.
+			h.Publish(l.set("vch_b", "ses_1", "", 7).WithState(l.rows["vch_b"]))
+		}
+	})
+	b.Notify(record(b))
+	l.set("vch_a", "ses_1", "", 3)
+	h.Publish(ChangeOf(l.rows["vch_a"]).WithState(l.rows["vch_a"]))
+	mu.Lock()
+	got := append([]call(nil), calls...)
+	mu.Unlock()
+	if len(got) != 2 || got[0] != (call{true, 3}) || got[1] != (call{true, 7}) {
+		t.Fatalf("calls during Publish = %+v, want a's version 3 then b's version 7, both now", got)
+	}
+	<-woken
+	<-woken
+	// Without its state the change is loaded by the worker: now is false.
+	h.Publish(l.set("vch_a", "ses_1", "", 4))
+	select {
+	case c := <-woken:
+		if c != (call{false, 4}) {
+			t.Fatalf("worker's call = %+v, want version 4, not now", c)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("not notified by the worker")
+	}
+	a.Close()
+	select {
+	case c := <-woken:
+		if c.now {
+			t.Fatal("the end of a subscription reported as now")
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("not notified of the end")
+	}
+}
+
 // A subscriber without a goroutine: the hub calls it back, it reads what
 // is queued with TryNext.
 func TestNotifyAndTryNext(t *testing.T) {
@@ -447,7 +517,7 @@ func TestNotifyAndTryNext(t *testing.T) {
 	h := newHub(t, l, Options{})
 	s := h.Subscribe(ByVoucher, "vch_1")
 	woken := make(chan struct{}, 8)
-	s.Notify(func() { woken <- struct{}{} })
+	s.Notify(func(bool) { woken <- struct{}{} })
 	if ev, err := s.TryNext(); ev != nil || err != nil || s.Pending() {
 		t.Fatalf("empty mailbox: %v %v", ev, err)
 	}
