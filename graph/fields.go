@@ -96,14 +96,12 @@ type fieldMiddleware struct {
 	mw, noKey graphql.FieldMiddleware
 }
 
-func newFieldMiddleware(rules fieldRules, hook graphql.FieldMiddleware, rendered func()) fieldMiddleware {
+// plans is nil with the tests' hook, which observes every field: with it,
+// gqlgen renders them all.
+func newFieldMiddleware(rules fieldRules, hook graphql.FieldMiddleware, plans *readPlans) fieldMiddleware {
 	noKey := rules
 	noKey.noKey = true
-	if hook == nil {
-		// The tests' hook observes every field: with it, gqlgen renders
-		// them all.
-		noKey.plans = newReadPlans(rendered)
-	}
+	noKey.plans = plans
 	return fieldMiddleware{mw: withHook(rules, hook), noKey: withHook(noKey, hook)}
 }
 

@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"bytes"
 	"io"
 	"weak"
 
@@ -9,7 +10,9 @@ import (
 	"github.com/vektah/gqlparser/v2/ast"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/graph/engine"
 	"github.com/voucherd/voucherd/graph/scalars"
+	"github.com/voucherd/voucherd/internal/operation"
 	"github.com/voucherd/voucherd/internal/payment"
 )
 
@@ -76,6 +79,57 @@ func (p *readPlans) render(cf graphql.CollectedField, v *ent.Voucher) graphql.Ma
 		p.rendered()
 	}
 	return graphql.WriterFunc(func(w io.Writer) { plan.write(w, v) })
+}
+
+// subscription compiles voucherUpdated's selection for the engine
+// (engine.Options.Plan), which then renders each change of the selection's
+// shape with it instead of gqlgen's generated code: the same writers as
+// voucher(id:)'s, for the same fields, and the same refusals (fragments,
+// directives, arguments, a response key twice, a field the plan does not
+// know: gqlgen renders those, as before). The field rules gqlgen would run
+// around each field of a subscription's rendering (the whole fieldRules,
+// keyScopes included, with whoever rendered first as the caller) do
+// nothing to these fields for any caller: they are not root fields,
+// resolve without error, are not nullable strings (nullForAbsent), and
+// keyScopes judges no Voucher, Payment or Wallet field; a selection naming
+// a field keyScopes judges is left to gqlgen all the same (keyScoped). An
+// API key never gets here: keyScopes refuses it voucherUpdated itself, at
+// subscribe.
+func (p *readPlans) subscription(root *ast.Field) any {
+	if root.Name != "voucherUpdated" || root.ObjectDefinition == nil || root.ObjectDefinition.Name != "Subscription" ||
+		len(root.Directives) > 0 || len(root.SelectionSet) == 0 || keyScoped(root.SelectionSet) {
+		return nil
+	}
+	plan, ok := compileObject(root.SelectionSet, "Voucher", voucherFields)
+	if !ok {
+		return nil
+	}
+	rendered := p.rendered
+	return engine.Plan[*ent.Voucher](func(w *bytes.Buffer, v *ent.Voucher) bool {
+		if v == nil {
+			return false // gqlgen's "must not be null"
+		}
+		if rendered != nil {
+			rendered()
+		}
+		plan.write(w, v)
+		return true
+	})
+}
+
+// keyScoped: sel names a nested field keyScopes judges (one an API key
+// needs a scope to read), at any depth.
+func keyScoped(sel ast.SelectionSet) bool {
+	for _, s := range sel {
+		f, ok := s.(*ast.Field)
+		if !ok || f.ObjectDefinition == nil {
+			return true
+		}
+		if _, judged := operation.ByNestedField(f.ObjectDefinition.Name + "." + f.Name); judged || keyScoped(f.SelectionSet) {
+			return true
+		}
+	}
+	return false
 }
 
 func sameSelections(a, b ast.SelectionSet) bool {

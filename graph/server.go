@@ -61,8 +61,8 @@ type Options struct {
 	// fieldHook observes field resolution (tests count renderings with it);
 	// with it, gqlgen renders every field (no read plans, readplan.go).
 	fieldHook graphql.FieldMiddleware
-	// readPlanned is told of each voucher(id:) answer a read plan
-	// rendered (tests).
+	// readPlanned is told of each voucher(id:) answer and each
+	// voucherUpdated change a read plan rendered (tests).
 	readPlanned func()
 	// CheckOrigin decides a websocket upgrade's Origin (nil: any origin;
 	// the app passes the CORS list's check).
@@ -138,11 +138,20 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	// voucherUpdated's subscriptions follow the hub (vouchers_stream.go).
 	rr := *r
 	rr.feeds = &voucherFeeds{hub: r.Hub, vouchers: r.Vouchers, recheck: opts.Recheck, recent: &recentChecks{}}
+	// Read plans render voucher(id:) answers and voucherUpdated changes
+	// whose selections they know (readplan.go); not with the tests' field
+	// hook, which observes every field gqlgen resolves.
+	var plans *readPlans
+	eopts := engine.Options{Present: present, DefaultPageSize: paging.DefaultPageSize, MaxPageSize: paging.MaxPageSize}
+	if opts.fieldHook == nil {
+		plans = newReadPlans(opts.readPlanned)
+		eopts.Plan = plans.subscription
+	}
 	// The engine renders each voucherUpdated change once per selection and
 	// prices connections by their page size (graph/engine).
 	es := engine.NewSchema(
 		generated.NewExecutableSchema(generated.Config{Resolvers: &rr, Schema: publicSchema(generated.NewExecutableSchema(generated.Config{}).Schema())}),
-		engine.Options{Present: present, DefaultPageSize: paging.DefaultPageSize, MaxPageSize: paging.MaxPageSize})
+		eopts)
 	srv := handler.New(es)
 	// The websocket transport is graph/wstransport, not gqlgen's: an idle
 	// subscriber holds no goroutine and net/http keeps nothing of its
@@ -186,7 +195,7 @@ func NewHandler(r *Resolver, opts Options) *Handler {
 	srv.SetParserTokenLimit(opts.Bounds.Tokens)
 	// The field middleware is set on each operation, not registered with
 	// AroundFields (fields.go, fieldMiddleware).
-	srv.Use(newFieldMiddleware(fieldRules{lim: lim, metrics: opts.Metrics}, opts.fieldHook, opts.readPlanned))
+	srv.Use(newFieldMiddleware(fieldRules{lim: lim, metrics: opts.Metrics}, opts.fieldHook, plans))
 	srv.Use(engine.NewComplexityLimit(opts.ComplexityLimit))
 	srv.Use(transportRules{})
 	if opts.Development {

@@ -37,10 +37,11 @@ type Schema struct {
 	// exec is what rendering needs of the executor's operation contexts,
 	// the same for every operation: taken from the first subscription.
 	exec atomic.Pointer[execSettings]
-	// renderers keeps, per shareable selection (fingerprint handle), a
-	// *sync.Pool of *renderer: gqlgen's generated code run once and fed
-	// one value per rendering.
-	renderers      sync.Map
+	// shapes keeps, per shareable selection (fingerprint handle), its
+	// *shapeState: a pool of *renderer (gqlgen's generated code run once
+	// and fed one value per rendering) and the selection's plan, when the
+	// door compiled one (Options.Plan).
+	shapes         sync.Map
 	rendererShapes atomic.Int64
 }
 
@@ -53,7 +54,24 @@ type Options struct {
 	// children times the page it asks for (first or last, at most
 	// MaxPageSize), DefaultPageSize when it asks for none.
 	DefaultPageSize, MaxPageSize int
+	// Plan, when set, compiles the selection of a subscription field into
+	// a Plan[V] for the field's value type V, which renders its values
+	// without gqlgen's generated code; nil leaves the selection to gqlgen.
+	// It is given the operation's one root field, only for a shareable
+	// selection (see fingerprint) without fragments, once per selection
+	// shape (whatever it returns serves every subscription of the shape).
+	// A plan must write exactly what the generated code writes for the
+	// field's value, the door's field middleware applied, for every
+	// caller: the engine does not run the middleware around the fields a
+	// plan writes.
+	Plan func(root *ast.Field) any
 }
+
+// Plan writes one value of a subscription field as gqlgen's generated code
+// writes it, the field's selection applied (the value only: the engine
+// writes the response object around it). ok false: it wrote nothing, and
+// gqlgen renders this value.
+type Plan[V any] func(w *bytes.Buffer, v V) (ok bool)
 
 // NewSchema wraps es, the generated executable schema.
 func NewSchema(es graphql.ExecutableSchema, opts Options) *Schema {
@@ -379,6 +397,9 @@ func (run *subRun[V, S, P]) render(ctx context.Context, v V, ev Shared) *graphql
 // executor's wrapper skipped (direct), under a response context of its own
 // whose errors go into the response, as the wrapper's would.
 func (run *subRun[V, S, P]) produceOwn(ctx context.Context, v V) *graphql.Response {
+	if resp := run.planned(v); resp != nil {
+		return resp
+	}
 	if !run.direct {
 		return run.produce(ctx, v)
 	}
@@ -465,25 +486,134 @@ func (run *subCommon) operation(vars map[string]any) *graphql.OperationContext {
 	}
 }
 
-// maxRendererShapes bounds the selections that keep a renderer pool: a
-// pool is never removed, and clients choose their selections (aliases
-// included), so past the bound a selection's renderings build their
-// renderer each time instead (what every rendering cost before pools).
+// maxRendererShapes bounds the selections that keep a renderer pool and a
+// plan: a shape's state is never removed, and clients choose their
+// selections (aliases included), so past the bound a selection's
+// renderings build their renderer each time instead (what every rendering
+// cost before pools), with gqlgen.
 const maxRendererShapes = 1024
 
-// rendererPool is shape's pool of renderers; nil past maxRendererShapes.
-func (e *Schema) rendererPool(shape unique.Handle[string]) *sync.Pool {
-	if p, ok := e.renderers.Load(shape); ok {
-		return p.(*sync.Pool)
+// shapeState is what the engine keeps for one shareable selection.
+type shapeState struct {
+	renderers sync.Pool
+	// plan renders the selection without gqlgen (nil: gqlgen renders it);
+	// planned: the door was asked (Options.Plan), nothing to ask again.
+	plan    atomic.Pointer[shapePlan]
+	planned atomic.Bool
+}
+
+// shapePlan is a selection's plan: the door's Plan[V] (as any: a Schema
+// serves every V) and the response's opening, {"alias":, which gqlgen's
+// ResolveFieldStream writes around the field's value.
+type shapePlan struct {
+	open  []byte
+	write any
+}
+
+// shapeOf is shape's state; nil past maxRendererShapes.
+func (e *Schema) shapeOf(shape unique.Handle[string]) *shapeState {
+	if st, ok := e.shapes.Load(shape); ok {
+		return st.(*shapeState)
 	}
 	if e.rendererShapes.Load() >= maxRendererShapes {
 		return nil
 	}
-	p, loaded := e.renderers.LoadOrStore(shape, &sync.Pool{})
+	st, loaded := e.shapes.LoadOrStore(shape, &shapeState{})
 	if !loaded {
 		e.rendererShapes.Add(1)
 	}
-	return p.(*sync.Pool)
+	return st.(*shapeState)
+}
+
+// rendererPool is shape's pool of renderers; nil past maxRendererShapes.
+func (e *Schema) rendererPool(shape unique.Handle[string]) *sync.Pool {
+	if st := e.shapeOf(shape); st != nil {
+		return &st.renderers
+	}
+	return nil
+}
+
+// planOf is the plan of st's selection, asking the door for it the first
+// time a subscription without fragments renders it (op is that
+// subscription's operation). A selection with fragments is not given to
+// the door (gqlgen merges what they spread); it takes the plan another
+// subscription of its shape got, equal fingerprints rendering to equal
+// bytes.
+func (e *Schema) planOf(st *shapeState, op *ast.OperationDefinition) *shapePlan {
+	if p := st.plan.Load(); p != nil || st.planned.Load() || e.opts.Plan == nil {
+		return p
+	}
+	if len(op.SelectionSet) != 1 || hasFragments(op.SelectionSet) {
+		return nil
+	}
+	root, ok := op.SelectionSet[0].(*ast.Field)
+	if !ok {
+		return nil
+	}
+	if write := e.opts.Plan(root); write != nil {
+		var open bytes.Buffer
+		open.WriteByte('{')
+		graphql.MarshalString(root.Alias).MarshalGQL(&open)
+		open.WriteByte(':')
+		st.plan.CompareAndSwap(nil, &shapePlan{open: open.Bytes(), write: write})
+	}
+	st.planned.Store(true)
+	return st.plan.Load()
+}
+
+// hasFragments: sel holds a fragment spread or an inline fragment, at any
+// depth.
+func hasFragments(sel ast.SelectionSet) bool {
+	for _, s := range sel {
+		f, ok := s.(*ast.Field)
+		if !ok || hasFragments(f.SelectionSet) {
+			return true
+		}
+	}
+	return false
+}
+
+// planned renders v with its selection's plan, as gqlgen's generated code
+// renders a subscription's value ({"alias":value}); nil when the selection
+// has none (or the plan declines v), and gqlgen renders it. A plan writes
+// no error: the response is the data alone, as the generated code's.
+func (run *subRun[V, S, P]) planned(v V) *graphql.Response {
+	if run.shape == (unique.Handle[string]{}) {
+		return nil
+	}
+	st := run.e.shapeOf(run.shape)
+	if st == nil {
+		return nil
+	}
+	p := run.e.planOf(st, run.op)
+	if p == nil {
+		return nil
+	}
+	write, ok := p.write.(Plan[V])
+	if !ok {
+		return nil
+	}
+	buf := planBuffers.Get().(*bytes.Buffer)
+	defer putPlanBuffer(buf)
+	buf.Reset()
+	buf.Write(p.open)
+	if !write(buf, v) {
+		return nil
+	}
+	buf.WriteByte('}')
+	// The bytes go to every subscriber of the selection and outlive the
+	// buffer.
+	return &graphql.Response{Data: bytes.Clone(buf.Bytes())}
+}
+
+// planBuffers are the buffers plans write into; a rendering's bytes are
+// copied out of them.
+var planBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+func putPlanBuffer(b *bytes.Buffer) {
+	if b.Cap() <= 64<<10 {
+		planBuffers.Put(b)
+	}
 }
 
 // renderer is gqlgen's generated code for one shareable selection, run
