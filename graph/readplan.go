@@ -34,6 +34,10 @@ import (
 // field it does not know, arguments or directives below the root,
 // fragments, a response key given twice, an API key caller (whose nested
 // fields keyScopes judges one by one) and the tests' field hook.
+//
+// The same plans render voucherUpdated's changes (subscription, below):
+// the engine asks for a selection's plan once per selection shape and
+// writes each change with it, instead of gqlgen's generated code.
 
 // readPlans keeps the compiled renderer (or nil: not renderable) of each
 // voucher(id:) field of the documents in gqlgen's query cache, by the

@@ -43,7 +43,9 @@
 //     subscription. Here a subscription keeps only the door's Stream (for
 //     voucherUpdated, its hub mailbox), the parsed operation and an
 //     interned fingerprint of its selection; an event is rendered once per
-//     selection shape and the response shared (Shared), by a pool of
+//     selection shape and the response shared (Shared), by the door's plan
+//     for the shape when it has one (Options.Plan: a Plan[V] writes the
+//     value as the generated code would, without it), else by a pool of
 //     renderers per shape (gqlgen's generated code run once and fed one
 //     value per rendering), and the websocket transport calls the
 //     subscription's handler without gqlgen's per-call wrapper

@@ -24,8 +24,9 @@ import (
 //     response loop over: each subscriber computes a fingerprint of its
 //     selection set once, and for each event asks the event's Shared for
 //     the bytes rendered under that fingerprint. The first subscriber to
-//     get there runs gqlgen's generated code (see subRun.produce); every
-//     other subscriber with the same selection reuses those bytes. This is
+//     get there runs the door's plan for the selection (Options.Plan), or
+//     else gqlgen's generated code (see subRun.produce); every other
+//     subscriber with the same selection reuses those bytes. This is
 //     safe when the field's value renders the same for every subscriber
 //     (what a subscriber may follow is decided per subscription, by the
 //     door's Stream, not per field).
