@@ -235,13 +235,31 @@ func scalar[T any](write func(io.Writer, T)) func(ast.SelectionSet) (func(io.Wri
 
 var writeNull = func(w io.Writer) { graphql.Null.MarshalGQL(w) }
 
+// writeEnum writes an ent enum's value as its MarshalGQL does,
+// strconv.Quote's text, without Quote's string when the value is a GraphQL
+// name (every value the schema declares), which Quote writes as it is
+// between quotes.
+func writeEnum[E interface {
+	~string
+	MarshalGQL(io.Writer)
+}](w io.Writer, e E) {
+	s := string(e)
+	if !isName(s) {
+		e.MarshalGQL(w)
+		return
+	}
+	_, _ = io.WriteString(w, `"`)
+	_, _ = io.WriteString(w, s)
+	_, _ = io.WriteString(w, `"`)
+}
+
 // voucherFields: the Voucher fields the generated code resolves straight
 // from *ent.Voucher, each written with the marshaler it uses
 // (graph/generated: _Voucher_*, marshalN*/marshalO*).
 var voucherFields = fieldTable[*ent.Voucher]{
 	"id":        scalar(func(w io.Writer, v *ent.Voucher) { graphql.MarshalID(v.ID).MarshalGQL(w) }),
 	"code":      scalar(func(w io.Writer, v *ent.Voucher) { graphql.MarshalString(v.Code).MarshalGQL(w) }),
-	"status":    scalar(func(w io.Writer, v *ent.Voucher) { v.Status.MarshalGQL(w) }),
+	"status":    scalar(func(w io.Writer, v *ent.Voucher) { writeEnum(w, v.Status) }),
 	"version":   scalar(func(w io.Writer, v *ent.Voucher) { graphql.MarshalInt(v.Version).MarshalGQL(w) }),
 	"sessionId": scalar(func(w io.Writer, v *ent.Voucher) { graphql.MarshalID(v.SessionID).MarshalGQL(w) }),
 	"type": scalar(func(w io.Writer, v *ent.Voucher) {
@@ -249,7 +267,7 @@ var voucherFields = fieldTable[*ent.Voucher]{
 			writeNull(w)
 			return
 		}
-		v.Type.MarshalGQL(w)
+		writeEnum(w, *v.Type)
 	}),
 	"businessId": scalar(func(w io.Writer, v *ent.Voucher) {
 		if v.BusinessID == nil {

@@ -1,12 +1,35 @@
 package graph
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/vektah/gqlparser/v2/ast"
 
+	"github.com/voucherd/voucherd/ent/voucher"
 	"github.com/voucherd/voucherd/internal/operation"
 )
+
+// writeEnum writes what the ent enums' MarshalGQL writes: every value the
+// schema declares, and anything else (through MarshalGQL itself).
+func TestWriteEnumAsMarshalGQL(t *testing.T) {
+	var values []string
+	for _, s := range []voucher.Status{voucher.StatusRESERVED, voucher.StatusREDEEMED, voucher.StatusRESOLVED, voucher.StatusDISCARDED} {
+		values = append(values, string(s))
+	}
+	for _, ty := range []voucher.Type{voucher.TypeSIMPLE, voucher.TypeCUSTOM} {
+		values = append(values, string(ty))
+	}
+	values = append(values, "", "a\"b", "é", "x\ny", "_9", "9a")
+	for _, s := range values {
+		var got, want bytes.Buffer
+		writeEnum(&got, voucher.Status(s))
+		voucher.Status(s).MarshalGQL(&want)
+		if got.String() != want.String() {
+			t.Errorf("%q: wrote %s, MarshalGQL %s", s, got.String(), want.String())
+		}
+	}
+}
 
 // A subscription's rendering runs the whole field rules around every
 // field, keyScopes included, for whoever rendered first; a plan runs none.
