@@ -18,6 +18,13 @@ TEST_TIMEOUT ?= 20m
 # raced compile its tests need, instead of compiling the whole tree a second
 # time without the detector (docs/testing.md, "One copy of the tree").
 TREEFLAGS ?=
+# make test's TREEFLAGS: the race detector everywhere, and the compiler's
+# checkptr instrumentation (which -race turns on in every package) off in
+# modernc.org's packages only: they are SQLite's C translated to Go, whose
+# unsafe.Pointer arithmetic checkptr re-checked on every statement, a third
+# to a half of the SQLite-bound packages' test CPU (docs/testing.md,
+# "checkptr"). Our own packages keep it.
+RACEFLAGS = -race -gcflags=modernc.org/...=-d=checkptr=0
 
 .PHONY: run build test test-short generate generate-sources generate-documents check-generated lint bench bench-settlement migration ensure-postgres ensure-chromium ensure-promtool fuzz
 
@@ -39,7 +46,7 @@ build:
 ## checking that generated code and migrations are up to date; the lint
 ## (gofmt, go vet, staticcheck) runs beside the suite (scripts/test.sh) and
 ## must pass too.
-test: TREEFLAGS = -race
+test: TREEFLAGS = $(RACEFLAGS)
 test: ensure-postgres ensure-chromium ensure-promtool
 	@GO=$(GO) TEST_TIMEOUT=$(TEST_TIMEOUT) TREEFLAGS='$(TREEFLAGS)' bash scripts/test.sh
 

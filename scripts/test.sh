@@ -16,11 +16,13 @@ TEST_PKGS=${TEST_PKGS:-./...}
 TEST_P=${TEST_P:-$(nproc)}
 
 # Every go command below compiles the tree with the same flags as the
-# suite's test binaries (TREEFLAGS, -race from make test), so a cold build
+# suite's test binaries (TREEFLAGS, make test's RACEFLAGS), so a cold build
 # cache compiles the service's tree once, raced, instead of once raced for
 # the tests and once plain for voucherd, the lint and the generators
-# (docs/testing.md, "One copy of the tree").
-TREEFLAGS=${TREEFLAGS--race}
+# (docs/testing.md, "One copy of the tree"). Through GOFLAGS the test
+# binaries get them too: -race, and checkptr off in modernc.org's
+# translated SQLite (docs/testing.md, "checkptr").
+TREEFLAGS=${TREEFLAGS-"-race -gcflags=modernc.org/...=-d=checkptr=0"}
 base_goflags=${GOFLAGS:-}
 export GOFLAGS="$base_goflags $TREEFLAGS"
 
