@@ -197,7 +197,7 @@ func (a *App) build(ctx context.Context) error {
 	if a.Box, err = secretbox.ParseKey(encKey); err != nil {
 		return fmt.Errorf("VOUCHER_ENCRYPTION_KEY: %w", err)
 	}
-	hasher, err := password.New(password.DefaultParams)
+	hasher, err := password.New(passwordParams)
 	if err != nil {
 		return err
 	}

@@ -33,8 +33,9 @@ var (
 )
 
 // BinaryEnv names a voucherd binary already built for this run: make test
-// (scripts/test.sh) builds cmd/voucherd once and sets it, so the packages
-// that run the binary share one build instead of linking one each.
+// (scripts/test.sh) builds cmd/voucherd once (with -tags testhash, as
+// Binary does) and sets it, so the packages that run the binary share one
+// build instead of linking one each.
 const BinaryEnv = "VOUCHERD_TEST_BIN"
 
 // Binary returns the path of the voucherd binary: the one BinaryEnv names,
@@ -61,7 +62,10 @@ func Binary(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "voucherd")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/voucherd")
+		// testhash: password.TestParams instead of the production
+		// argon2id parameters (cmd/voucherd/hashparams_testhash.go), as
+		// make test builds it; these tests test everything but hashing.
+		cmd := exec.Command("go", "build", "-tags", "testhash", "-o", binPath, "./cmd/voucherd")
 		cmd.Dir = root
 		if b, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, b)
