@@ -51,8 +51,9 @@ func sharedCluster() (*Cluster, error) {
 //	func TestMain(m *testing.M) { testpg.Main(m) }
 //
 // Without it the shared server outlives the test binary until the next Start
-// in any test binary reaps it.
-func Main(m *testing.M) {
+// in any test binary reaps it. m is a *testing.M, or what wraps one
+// (testsupport/testdb's Main, which drops its template afterwards).
+func Main(m interface{ Run() int }) {
 	code := m.Run()
 	// Deliberately no signal handling: tests of graceful shutdown send
 	// SIGTERM/SIGINT to their own process, and a handler here would tear
@@ -83,6 +84,13 @@ func Shared(t testing.TB) *Cluster {
 // database, so parallel tests never see each other's data.
 func Database(t testing.TB) string {
 	t.Helper()
+	return DatabaseFrom(t, "template0")
+}
+
+// DatabaseFrom is Database, the new database a copy of template (a database
+// on the shared cluster nobody is connected to).
+func DatabaseFrom(t testing.TB, template string) string {
+	t.Helper()
 	c := Shared(t)
 	if c == nil {
 		return ""
@@ -90,7 +98,7 @@ func Database(t testing.TB) string {
 	name := dbName(t.Name())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	dsn, err := c.CreateDatabase(ctx, name)
+	dsn, err := c.CreateDatabaseFrom(ctx, name, template)
 	if err != nil {
 		t.Fatal(err)
 		return ""

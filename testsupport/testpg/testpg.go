@@ -377,10 +377,17 @@ func (c *Cluster) LogFile() string { return c.logFile }
 // CreateDatabase creates an empty database. It copies template0 so that
 // nothing a test left in template1 or "postgres" can leak into it.
 func (c *Cluster) CreateDatabase(ctx context.Context, name string) (string, error) {
+	return c.CreateDatabaseFrom(ctx, name, "template0")
+}
+
+// CreateDatabaseFrom creates a database as a copy of template, a database
+// nobody is connected to (testsupport/testdb keeps a migrated one per test
+// process, so that each test's database does not run the migrations again).
+func (c *Cluster) CreateDatabaseFrom(ctx context.Context, name, template string) (string, error) {
 	if err := checkDBName(name); err != nil {
 		return "", err
 	}
-	if _, err := c.admin.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE template0"); err != nil {
+	if _, err := c.admin.ExecContext(ctx, "CREATE DATABASE "+pq.QuoteIdentifier(name)+" TEMPLATE "+pq.QuoteIdentifier(template)); err != nil {
 		return "", fmt.Errorf("testpg: create database %q: %w", name, err)
 	}
 	return c.DSN(name), nil
