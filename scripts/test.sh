@@ -21,7 +21,7 @@ TEST_P=${TEST_P:-$(nproc)}
 # the tests and once plain for voucherd, the lint and the generators
 # (docs/testing.md, "One copy of the tree"). Through GOFLAGS the test
 # binaries get them too: -race, and checkptr off in modernc.org's
-# translated SQLite (docs/testing.md, "checkptr").
+# translated SQLite (docs/testing.md, "What was cut").
 TREEFLAGS=${TREEFLAGS-"-race -gcflags=modernc.org/...=-d=checkptr=0"}
 base_goflags=${GOFLAGS:-}
 export GOFLAGS="$base_goflags $TREEFLAGS"
