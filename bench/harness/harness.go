@@ -43,8 +43,13 @@ type Config struct {
 	LifecycleClients  int
 	PgbenchMaxTPS     int
 
-	IdleSubs     int
-	C2CRate      float64
+	IdleSubs int
+	C2CRate  float64
+	// C2CDuration is how long each side of the two-replica
+	// commit→subscriber phase runs in all (in c2cSlice turns): its p99s
+	// are the targets' ratios, and a tail of 1 % needs enough changes to
+	// be more than a few bursts (0: Duration).
+	C2CDuration  time.Duration
 	FanoutSubs   int
 	FanoutEvents int
 	WebhookRate  float64

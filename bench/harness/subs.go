@@ -389,9 +389,12 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	if t.flushDir != "" {
 		disk = flushWatch(t.flushDir)
 	}
-	slice := h.cfg.Duration
+	slice, total := h.cfg.Duration, h.cfg.Duration
 	if fl != nil {
 		slice = c2cSlice
+		if h.cfg.C2CDuration > 0 {
+			total = h.cfg.C2CDuration
+		}
 	}
 	var (
 		floorSent    int
@@ -400,7 +403,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		floorSkipped int
 		httpSlices   int
 	)
-	for svc.elapsed < h.cfg.Duration-slice/2 && ctx.Err() == nil {
+	for svc.elapsed < total-slice/2 && ctx.Err() == nil {
 		svc.slice(ctx, h.cfg.C2CRate, slice, false)
 		if fl == nil {
 			continue
