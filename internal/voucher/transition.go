@@ -47,6 +47,12 @@ type transition struct {
 	// on state already makes it safe, and concurrent callers do not have to
 	// retry each other away.
 	stable bool
+	// fromTerms says against and sets read nothing of the voucher but its
+	// terms (see terms: payer, type, expected payment, expiry, fixed once
+	// REDEEMED) and t starts from REDEEMED only, so for a voucher whose
+	// terms this replica keeps the change runs as one statement, with no
+	// read (Service.applyFromTerms). Implies stable.
+	fromTerms bool
 }
 
 // mode selects the extra guard of a transition statement.
@@ -70,6 +76,11 @@ const (
 // for a business voucher, as one statement otherwise.
 func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *transition) (*ent.Voucher, error) {
 	dialect := s.db.Dialect
+	if t.fromTerms {
+		if v := s.applyFromTerms(ctx, p, id, t); v != nil {
+			return v, nil
+		}
+	}
 	if t.fast {
 		now := s.clock()
 		sets, err := t.sets(ctx, nil, now)
@@ -83,6 +94,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		}
 		if v != nil {
 			stampCommit(ctx)
+			s.terms.observe(v)
 			s.published(v)
 			return v, nil
 		}
@@ -107,12 +119,46 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		}
 		if next != nil {
 			stampCommit(ctx)
+			s.terms.observe(next)
 			s.published(next)
 			return next, nil
 		}
 		// The row changed between the read and the write: read it again.
 	}
 	return nil, apperr.InternalError(fmt.Errorf("voucher %s kept changing during %s", id, t.op))
+}
+
+// applyFromTerms runs t (a fromTerms transition) from the terms this
+// replica keeps for voucher id, without reading the row: the body is held
+// against the terms, sets computed from them, and the statement is the
+// read path's own (modeState: id, the caller as payer, the starting state,
+// not expired). A row back is the change done; it returns nil for anything
+// else (no terms kept, a body the terms refuse, a quote that failed, no
+// row, an error), and the caller then takes the read path, which answers
+// exactly as it would have without the cache: only a success leaves here.
+// A stale entry is therefore harmless: the terms themselves never change
+// while the voucher is REDEEMED, and whatever else changed (resolved,
+// discarded, expired) the statement's WHERE refuses.
+func (s *Service) applyFromTerms(ctx context.Context, p *auth.Principal, id string, t *transition) *ent.Voucher {
+	kept, ok := s.terms.get(id)
+	now := s.clock()
+	// A caller who is not the payer, or a voucher past its expiry, would
+	// change nothing: the read path answers without a wasted statement.
+	if !ok || kept.payerID != p.ID || !now.Before(kept.expiresAt) {
+		return nil
+	}
+	cur := kept.voucher(id)
+	if t.against != nil && t.against(cur) != nil {
+		return nil
+	}
+	next, err := s.applyGuarded(ctx, s.db.Prepared, p, id, t, cur, now)
+	if err != nil || next == nil {
+		return nil
+	}
+	stampCommit(ctx)
+	s.terms.observe(next)
+	s.published(next)
+	return next
 }
 
 // applyGuarded writes t's change if the voucher is still at cur's version
@@ -182,6 +228,7 @@ func (s *Service) load(ctx context.Context, q querier, id string, lock bool) (*e
 	if v == nil {
 		return nil, errNotFound
 	}
+	s.terms.observe(v)
 	return v, nil
 }
 
