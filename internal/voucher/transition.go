@@ -69,16 +69,18 @@ const (
 	modeState
 )
 
-// apply runs t on voucher id for p. The fast path is one statement; when
-// it changes nothing (or t needs the row first) the row is read once, which
-// either explains the failure with the right code or lets the change go
-// ahead guarded by the version read: in a transaction with the event sink
-// for a business voucher, as one statement otherwise.
+// apply runs t on voucher id for p. A fromTerms transition on a voucher
+// whose terms this replica keeps is one statement (applyFromTerms); when
+// that does not succeed, it goes on as any other. The fast path is one
+// statement; when it changes nothing (or t needs the row first) the row is
+// read once, which either explains the failure with the right code or lets
+// the change go ahead guarded by the version read: in a transaction with
+// the event sink for a business voucher, as one statement otherwise.
 func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *transition) (*ent.Voucher, error) {
 	dialect := s.db.Dialect
 	if t.fromTerms {
-		if v := s.applyFromTerms(ctx, p, id, t); v != nil {
-			return v, nil
+		if v, err := s.applyFromTerms(ctx, p, id, t); v != nil || err != nil {
+			return v, err
 		}
 	}
 	if t.fast {
@@ -132,33 +134,45 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 // replica keeps for voucher id, without reading the row: the body is held
 // against the terms, sets computed from them, and the statement is the
 // read path's own (modeState: id, the caller as payer, the starting state,
-// not expired). A row back is the change done; it returns nil for anything
-// else (no terms kept, a body the terms refuse, a quote that failed, no
-// row, an error), and the caller then takes the read path, which answers
-// exactly as it would have without the cache: only a success leaves here.
-// A stale entry is therefore harmless: the terms themselves never change
-// while the voucher is REDEEMED, and whatever else changed (resolved,
-// discarded, expired) the statement's WHERE refuses.
-func (s *Service) applyFromTerms(ctx context.Context, p *auth.Principal, id string, t *transition) *ent.Voucher {
+// not expired). A row back is the change done. It returns nil and no error
+// for anything else short of a failed statement (no terms kept, a body the
+// terms refuse, a quote that failed, no row), and the caller then takes
+// the read path, which answers exactly as it would have without the cache
+// (state before the body, the quote's error only for a voucher still
+// REDEEMED). A stale entry is therefore harmless: the terms themselves
+// never change while the voucher is REDEEMED, and whatever else changed
+// (resolved, discarded, expired) the statement's WHERE refuses. A failed
+// statement is an internal error, as the read path's write would return:
+// running the change again after a statement whose outcome is unknown
+// could apply it twice.
+func (s *Service) applyFromTerms(ctx context.Context, p *auth.Principal, id string, t *transition) (*ent.Voucher, error) {
 	kept, ok := s.terms.get(id)
 	now := s.clock()
 	// A caller who is not the payer, or a voucher past its expiry, would
 	// change nothing: the read path answers without a wasted statement.
 	if !ok || kept.payerID != p.ID || !now.Before(kept.expiresAt) {
-		return nil
+		return nil, nil
 	}
 	cur := kept.voucher(id)
 	if t.against != nil && t.against(cur) != nil {
-		return nil
+		return nil, nil
 	}
-	next, err := s.applyGuarded(ctx, s.db.Prepared, p, id, t, cur, now)
-	if err != nil || next == nil {
-		return nil
+	sets, err := t.sets(ctx, cur, now)
+	if err != nil {
+		return nil, nil
+	}
+	stmt, args := transitionStatement(s.db.Dialect, t, p.ID, id, sets, now, modeState, 0)
+	next, err := queryVoucher(ctx, s.db.Prepared, s.db.Dialect, stmt, args...)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if next == nil {
+		return nil, nil
 	}
 	stampCommit(ctx)
 	s.terms.observe(next)
 	s.published(next)
-	return next
+	return next, nil
 }
 
 // applyGuarded writes t's change if the voucher is still at cur's version
