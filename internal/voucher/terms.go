@@ -10,11 +10,12 @@ import (
 )
 
 // termsGeneration is how many vouchers' terms one generation of the
-// terms cache holds; the cache holds at most two generations (about
-// 400 bytes an entry: a few MB at most). A voucher's terms survive at
-// least termsGeneration sightings of other vouchers after its own last
-// one: seconds even at a thousand redeems a second, which is longer than
-// a wallet takes from its GET (or the redeem) to its negotiation.
+// terms cache holds; the cache holds at most two generations (a few hundred
+// bytes an entry: a few MB at most, allocated as entries come). A
+// voucher's terms survive at least termsGeneration other vouchers newly
+// kept after its own last sighting: seconds even at a thousand redeems a
+// second, typically longer than a wallet takes from the redeem (or its
+// GET) to its negotiation. An entry gone costs only the read of before.
 const termsGeneration = 8192
 
 // terms are what negotiate reads from a voucher: its payer, type and
@@ -73,7 +74,7 @@ type termsCache struct {
 }
 
 func newTermsCache(size int) *termsCache {
-	return &termsCache{size: size, cur: make(map[string]terms, size)}
+	return &termsCache{size: size, cur: make(map[string]terms)}
 }
 
 // get returns id's terms, if kept.
@@ -110,7 +111,7 @@ func (c *termsCache) observe(v *ent.Voucher) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.cur) >= c.size {
-		c.old, c.cur = c.cur, make(map[string]terms, c.size)
+		c.old, c.cur = c.cur, make(map[string]terms)
 	}
 	c.cur[v.ID] = t
 }
