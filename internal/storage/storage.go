@@ -6,6 +6,7 @@ package storage
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"net/url"
@@ -49,6 +50,10 @@ type Options struct {
 	// them straight to the pool), for a connection pooler that cannot
 	// keep prepared statements.
 	Unprepared bool
+	// WrapConnector, when set, wraps the driver's connector: every
+	// connection of the pool comes from what it returns. Tests use it to
+	// count the statements a call sends.
+	WrapConnector func(driver.Connector) driver.Connector
 }
 
 // DefaultStatementTimeout is how long PostgreSQL lets one of the service's
@@ -92,7 +97,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		boundStatements(q)
 		u.RawQuery = q.Encode()
 		safe = u.Redacted()
-		db, err = sql.Open("postgres", u.String())
+		db, err = opts.open("postgres", u.String())
 		if err != nil {
 			return nil, fmt.Errorf("storage: open postgres: %w", err)
 		}
@@ -116,7 +121,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 		// instead of failing; times are written in one sortable text format.
 		dsn := "file:" + sqliteURIPath.Replace(path) + "?_pragma=foreign_keys(1)&_pragma=journal_mode(WAL)" +
 			"&_pragma=busy_timeout(10000)&_pragma=synchronous(NORMAL)&_txlock=immediate&_time_format=sqlite"
-		db, err = sql.Open("sqlite", dsn)
+		db, err = opts.open("sqlite", dsn)
 		if err != nil {
 			return nil, fmt.Errorf("storage: open sqlite: %w", err)
 		}
@@ -132,6 +137,27 @@ func Open(ctx context.Context, rawURL string, opts Options) (*DB, error) {
 	drv := entsql.OpenDB(dialect, db)
 	return &DB{Client: ent.NewClient(ent.Driver(drv)), SQL: db, Prepared: newPrepared(db, !opts.Unprepared, db.Stats().MaxOpenConnections), Dialect: dialect, URL: safe}, nil
 }
+
+// open is sql.Open, through WrapConnector when set.
+func (o Options) open(driverName, dsn string) (*sql.DB, error) {
+	db, err := sql.Open(driverName, dsn)
+	if err != nil || o.WrapConnector == nil {
+		return db, err
+	}
+	drv := db.Driver()
+	_ = db.Close() // sql.Open connected nothing yet
+	return sql.OpenDB(o.WrapConnector(dsnConnector{drv: drv, dsn: dsn})), nil
+}
+
+// dsnConnector opens drv's connections to dsn (what sql.Open does for a
+// driver without a connector of its own).
+type dsnConnector struct {
+	drv driver.Driver
+	dsn string
+}
+
+func (c dsnConnector) Connect(context.Context) (driver.Conn, error) { return c.drv.Open(c.dsn) }
+func (c dsnConnector) Driver() driver.Driver                        { return c.drv }
 
 // sqliteURIPath escapes what a "file:" URI gives meaning to, so a path is
 // opened whole: '#' would start a fragment, '?' the parameters, '%' an

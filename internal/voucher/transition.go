@@ -47,6 +47,12 @@ type transition struct {
 	// on state already makes it safe, and concurrent callers do not have to
 	// retry each other away.
 	stable bool
+	// fromTerms says against and sets read nothing of the voucher but its
+	// terms (see terms: payer, type, expected payment, expiry, fixed once
+	// REDEEMED) and t starts from REDEEMED only, so for a voucher whose
+	// terms this replica keeps the change runs as one statement, with no
+	// read (Service.applyFromTerms). Implies stable.
+	fromTerms bool
 }
 
 // mode selects the extra guard of a transition statement.
@@ -63,13 +69,20 @@ const (
 	modeState
 )
 
-// apply runs t on voucher id for p. The fast path is one statement; when
-// it changes nothing (or t needs the row first) the row is read once, which
-// either explains the failure with the right code or lets the change go
-// ahead guarded by the version read: in a transaction with the event sink
-// for a business voucher, as one statement otherwise.
+// apply runs t on voucher id for p. A fromTerms transition on a voucher
+// whose terms this replica keeps is one statement (applyFromTerms); when
+// that does not succeed, it goes on as any other. The fast path is one
+// statement; when it changes nothing (or t needs the row first) the row is
+// read once, which either explains the failure with the right code or lets
+// the change go ahead guarded by the version read: in a transaction with
+// the event sink for a business voucher, as one statement otherwise.
 func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *transition) (*ent.Voucher, error) {
 	dialect := s.db.Dialect
+	if t.fromTerms {
+		if v, err := s.applyFromTerms(ctx, p, id, t); v != nil || err != nil {
+			return v, err
+		}
+	}
 	if t.fast {
 		now := s.clock()
 		sets, err := t.sets(ctx, nil, now)
@@ -83,6 +96,7 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		}
 		if v != nil {
 			stampCommit(ctx)
+			s.terms.observe(v)
 			s.published(v)
 			return v, nil
 		}
@@ -107,12 +121,58 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 		}
 		if next != nil {
 			stampCommit(ctx)
+			s.terms.observe(next)
 			s.published(next)
 			return next, nil
 		}
 		// The row changed between the read and the write: read it again.
 	}
 	return nil, apperr.InternalError(fmt.Errorf("voucher %s kept changing during %s", id, t.op))
+}
+
+// applyFromTerms runs t (a fromTerms transition) from the terms this
+// replica keeps for voucher id, without reading the row: the body is held
+// against the terms, sets computed from them, and the statement is the
+// read path's own (modeState: id, the caller as payer, the starting state,
+// not expired). A row back is the change done. It returns nil and no error
+// for anything else short of a failed statement (no terms kept, a body the
+// terms refuse, a quote that failed, no row), and the caller then takes
+// the read path, which answers exactly as it would have without the cache
+// (state before the body, the quote's error only for a voucher still
+// REDEEMED). A stale entry is therefore harmless: the terms themselves
+// never change while the voucher is REDEEMED, and whatever else changed
+// (resolved, discarded, expired) the statement's WHERE refuses. A failed
+// statement is an internal error, as the read path's write would return:
+// running the change again after a statement whose outcome is unknown
+// could apply it twice.
+func (s *Service) applyFromTerms(ctx context.Context, p *auth.Principal, id string, t *transition) (*ent.Voucher, error) {
+	kept, ok := s.terms.get(id)
+	now := s.clock()
+	// A caller who is not the payer, or a voucher past its expiry, would
+	// change nothing: the read path answers without a wasted statement.
+	if !ok || kept.payerID != p.ID || !now.Before(kept.expiresAt) {
+		return nil, nil
+	}
+	cur := kept.voucher(id)
+	if t.against != nil && t.against(cur) != nil {
+		return nil, nil
+	}
+	sets, err := t.sets(ctx, cur, now)
+	if err != nil {
+		return nil, nil
+	}
+	stmt, args := transitionStatement(s.db.Dialect, t, p.ID, id, sets, now, modeState, 0)
+	next, err := queryVoucher(ctx, s.db.Prepared, s.db.Dialect, stmt, args...)
+	if err != nil {
+		return nil, apperr.InternalError(err)
+	}
+	if next == nil {
+		return nil, nil
+	}
+	stampCommit(ctx)
+	s.terms.observe(next)
+	s.published(next)
+	return next, nil
 }
 
 // applyGuarded writes t's change if the voucher is still at cur's version
@@ -182,6 +242,7 @@ func (s *Service) load(ctx context.Context, q querier, id string, lock bool) (*e
 	if v == nil {
 		return nil, errNotFound
 	}
+	s.terms.observe(v)
 	return v, nil
 }
 

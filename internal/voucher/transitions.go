@@ -107,7 +107,11 @@ func (s *Service) Negotiate(ctx context.Context, id string, in NegotiateInput) (
 		op:         OpNegotiate,
 		from:       []entvoucher.Status{entvoucher.StatusREDEEMED},
 		wrongState: needsRedeemed,
-		stable:     true,
+		// The quote reads the expected payment, fixed from redeem on
+		// (stable), and against reads the type and the expected payment:
+		// nothing but the voucher's terms (fromTerms).
+		stable:    true,
+		fromTerms: true,
 		against: func(v *ent.Voucher) error {
 			if v.Type == nil || *v.Type != entvoucher.TypeSIMPLE || v.ExpectedPayment == nil {
 				return apperr.New(apperr.NotSimple, "only a SIMPLE voucher can be negotiated")

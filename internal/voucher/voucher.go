@@ -80,6 +80,9 @@ type Service struct {
 	log      *slog.Logger
 	// members remembers ACTIVE memberships for Visible (nil: none).
 	members *revocation.Cache[memberKey, struct{}]
+	// terms keeps redeemed vouchers' fixed terms, so negotiate runs as one
+	// statement (see termsCache).
+	terms *termsCache
 }
 
 // NewService returns the voucher service over db. It installs the vouchers'
@@ -114,7 +117,7 @@ func NewService(db *storage.DB, o Options) (*Service, error) {
 		members = revocation.NewCacheFor[memberKey, struct{}](o.Ends, 0)
 	}
 	return &Service{
-		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions, members: members,
+		db: db, fin: o.Finance, reg: o.Finance.Registry(), sessions: o.Sessions, members: members, terms: newTermsCache(termsGeneration),
 		ttl: o.TTL, now: o.Now, events: o.Events, pub: o.Publisher, newCode: o.NewCode, settler: o.Settlement, log: o.Log,
 	}, nil
 }
