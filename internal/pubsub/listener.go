@@ -26,7 +26,8 @@ type ListenerOptions struct {
 	// into the gap, and clock differences between replicas.
 	ResyncMargin time.Duration
 	// Replica is this process's Notifier's name, whose own liveness
-	// messages are ignored. Empty: every replica is a peer.
+	// messages are ignored (so its change channel is never listened on).
+	// Empty: every replica is a peer.
 	Replica string
 	// Peers, when set, is told as other replicas appear and when none is
 	// left (this process's Notifier, which sends nothing while alone).

@@ -224,7 +224,7 @@ func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 	if n := b.l.Resyncs(); n != 1 {
 		t.Fatalf("%d resyncs after the peer fell silent, want 1", n)
 	}
-	catchUp(2) // the silence's resync asked before the peer returns
+	catchUp(2)   // the silence's resync asked before the peer returns
 	notifyPeer() // sent, but nobody here listens
 	waitChanges(t, b.l, 1, 300*time.Millisecond)
 
