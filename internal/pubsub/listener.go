@@ -145,7 +145,10 @@ type peerOp struct {
 const ApplicationName = "voucherd-listener"
 
 // Listen connects to databaseURL and starts feeding hub. It returns once
-// LISTEN is in effect, so no change committed after it returns is missed.
+// LISTEN is in effect on ReplicaChannel and the Handlers' channels; each
+// peer's change channel follows when the peer is heard, with a catch-up
+// that reaches back before this call at least, so no change committed
+// after it returns is missed.
 func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOptions) (*Listener, error) {
 	if opts.MinReconnect <= 0 {
 		opts.MinReconnect = 100 * time.Millisecond
