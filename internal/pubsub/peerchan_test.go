@@ -190,8 +190,30 @@ func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 	begin := time.Now()
 	b := s.replica(t, "rpl_b", pubsub.ListenerOptions{PeerTimeout: 500 * time.Millisecond}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})
 	started := time.Now().Add(-time.Hour)
-	heardAt := time.Now() // the peer's last word: it says nothing more
-	announce(t, s.db, started)
+	// beat has the peer say it is alive every 100 ms until the returned
+	// function stops it, which returns when it last spoke.
+	beat := func() func() time.Time {
+		stop, done := make(chan struct{}), make(chan time.Time)
+		go func() {
+			var last time.Time
+			defer func() { done <- last }()
+			for {
+				last = time.Now()
+				if _, err := s.db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
+					`{"replica":"`+peer+`","state":"alive","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
+					t.Error(err)
+					return
+				}
+				select {
+				case <-stop:
+					return
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+		return func() time.Time { close(stop); return <-done }
+	}
+	quietNow := beat()
 	waitPeerChannels(t, b.l, peer)
 	catchUp := func(k int) time.Time {
 		t.Helper()
@@ -219,6 +241,7 @@ func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 	}
 	notifyPeer()
 	waitChanges(t, b.l, 1, 0)
+	heardAt := quietNow() // the peer's last word, for now
 
 	waitPeerChannels(t, b.l)
 	if n := b.l.Resyncs(); n != 1 {
@@ -228,7 +251,8 @@ func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 	notifyPeer() // sent, but nobody here listens
 	waitChanges(t, b.l, 1, 300*time.Millisecond)
 
-	announce(t, s.db, started) // the same peer, back
+	quietNow = beat() // the same peer, back
+	defer quietNow()
 	waitPeerChannels(t, b.l, peer)
 	// Asked so far: the first catch-up, the silence's resync, this one,
 	// from when the peer was dropped (at least PeerTimeout after it was
