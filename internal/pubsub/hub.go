@@ -289,7 +289,14 @@ func (h *Hub) Resync(ctx context.Context, since time.Time) error {
 // is a load per subscribed voucher on every join, for nothing. What it
 // sends is not marked Resync: each is a version no subscriber here was
 // sent, and one the memo forgot is a repeat subscribers drop as such.
+//
+// With no subscription open it asks nothing (a replica just started has
+// none yet): a change notified before a subscription existed is one the
+// hub drops anyway, and from now on the peer's LISTEN is in effect.
 func (h *Hub) CatchUp(ctx context.Context, since time.Time) error {
+	if h.count.Load() == 0 {
+		return nil
+	}
 	changes, err := h.loader.ChangedSince(ctx, since)
 	if err != nil {
 		return err

@@ -188,7 +188,10 @@ func TestPeerSendingBeforeTheListenLosesNothing(t *testing.T) {
 func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 	s := newShared(t)
 	begin := time.Now()
-	b := s.replica(t, "rpl_b", pubsub.ListenerOptions{PeerTimeout: 500 * time.Millisecond}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})
+	b := s.hub(t)
+	sub := b.hub.Subscribe(pubsub.BySession, "ses_followed") // else a catch-up asks nothing
+	defer sub.Close()
+	s.start(t, b, "rpl_b", pubsub.ListenerOptions{PeerTimeout: 500 * time.Millisecond}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})
 	started := time.Now().Add(-time.Hour)
 	// beat has the peer say it is alive every 100 ms until the returned
 	// function stops it, which returns when it last spoke.
