@@ -3,6 +3,8 @@ package harness
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 	"github.com/lib/pq"
 
 	"github.com/voucherd/voucherd/bench/stats"
+	"github.com/voucherd/voucherd/internal/pubsub"
 )
 
 // c2cFloor is the commit→subscriber floor on PostgreSQL: the least a
@@ -35,9 +38,19 @@ type c2cFloor struct {
 	recv map[int64]time.Time // sequence → notification read
 	stop chan struct{}
 	wg   sync.WaitGroup
-	// unlistened: the service's channel is no longer listened to (the
-	// phase's goroutine only).
-	unlistened bool
+
+	// Capturing: each replica notifies its changes on a channel of its own
+	// (pubsub.ChangeChannel of its name), named in its heartbeats on
+	// pubsub.ReplicaChannel. The reader hands new names to listenLoop
+	// (lib/pq's Listen must not be called from the goroutine draining
+	// Notify), which LISTENs on their change channels until a payload is
+	// captured; then captured() UNLISTENs them all and ReplicaChannel.
+	names chan string
+	heard map[string]bool // names handed over (reader only)
+	// lmu orders listenLoop's LISTENs before captured()'s UNLISTENs.
+	lmu        sync.Mutex
+	listened   []string // the replicas' change channels listened on
+	unlistened bool     // nothing of the service is listened to any more
 }
 
 const (
@@ -46,9 +59,6 @@ const (
 	c2cFloorID      = "ref-c2c-floor"
 	c2cSlice        = 2 * time.Second
 	c2cFloorChannel = "voucherbench_c2c_floor"
-	// serviceChannel is the service's change channel (pubsub.Channel),
-	// listened to only to capture one real payload.
-	serviceChannel = "voucher_changes"
 )
 
 // newC2CFloor connects the floor's committing pool (as many connections as
@@ -66,17 +76,40 @@ func newC2CFloor(ctx context.Context, dsn string) (*c2cFloor, error) {
 		db.Close()
 		return nil, fmt.Errorf("c2c floor table: %w", err)
 	}
-	f := &c2cFloor{db: db, done: map[int64]time.Time{}, sent: map[int64]time.Time{}, recv: map[int64]time.Time{}, stop: make(chan struct{})}
+	f := &c2cFloor{db: db, done: map[int64]time.Time{}, sent: map[int64]time.Time{}, recv: map[int64]time.Time{}, stop: make(chan struct{}),
+		names: make(chan string, 64), heard: map[string]bool{}}
 	f.l = pq.NewListener(dsn, 100*time.Millisecond, time.Second, nil)
-	for _, ch := range []string{c2cFloorChannel, serviceChannel} {
+	f.wg.Add(2)
+	go f.read()
+	go f.listenLoop()
+	for _, ch := range []string{c2cFloorChannel, pubsub.ReplicaChannel} {
 		if err := f.l.Listen(ch); err != nil {
 			f.close()
 			return nil, fmt.Errorf("c2c floor LISTEN: %w", err)
 		}
 	}
-	f.wg.Add(1)
-	go f.read()
 	return f, nil
+}
+
+// listenLoop LISTENs on the change channel of every replica the reader
+// heard, until a payload is captured.
+func (f *c2cFloor) listenLoop() {
+	defer f.wg.Done()
+	for {
+		select {
+		case <-f.stop:
+			return
+		case name := <-f.names:
+			f.lmu.Lock()
+			if !f.unlistened {
+				ch := pubsub.ChangeChannel(name)
+				if err := f.l.Listen(ch); err == nil {
+					f.listened = append(f.listened, ch)
+				}
+			}
+			f.lmu.Unlock()
+		}
+	}
 }
 
 func (f *c2cFloor) read() {
@@ -93,8 +126,19 @@ func (f *c2cFloor) read() {
 			if n == nil {
 				continue
 			}
+			if n.Channel == pubsub.ReplicaChannel {
+				var m struct{ Replica string }
+				if json.Unmarshal([]byte(n.Extra), &m) == nil && m.Replica != "" && !f.heard[m.Replica] {
+					f.heard[m.Replica] = true
+					select {
+					case f.names <- m.Replica:
+					default: // more replicas than the bench starts
+					}
+				}
+				continue
+			}
 			f.mu.Lock()
-			if n.Channel == serviceChannel {
+			if n.Channel != c2cFloorChannel {
 				if f.payload == "" && strings.Contains(n.Extra, "\n") { // keys, then the row
 					f.payload = n.Extra
 				}
@@ -114,15 +158,26 @@ func (f *c2cFloor) read() {
 
 // captured says whether a service notification carrying a row was seen
 // (the floor sends that payload; until then the floor cannot run). Once
-// one was, the floor stops listening to the service's channel, so
-// PostgreSQL delivers the service's changes to no more backends than
-// without the floor.
+// one was, the floor stops listening to the replicas' channels, so
+// PostgreSQL delivers the service's changes and heartbeats to no more
+// backends than without the floor.
 func (f *c2cFloor) captured() bool {
 	f.mu.Lock()
 	ok := f.payload != ""
 	f.mu.Unlock()
-	if ok && !f.unlistened {
-		f.unlistened = f.l.Unlisten(serviceChannel) == nil
+	if ok {
+		f.lmu.Lock()
+		if !f.unlistened {
+			ok := true
+			for _, ch := range append(f.listened, pubsub.ReplicaChannel) {
+				if err := f.l.Unlisten(ch); err != nil && !errors.Is(err, pq.ErrChannelNotOpen) {
+					ok = false
+				}
+			}
+			f.listened = nil
+			f.unlistened = ok
+		}
+		f.lmu.Unlock()
 	}
 	return ok
 }

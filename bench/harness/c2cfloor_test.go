@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/voucherd/voucherd/internal/pubsub"
 	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
@@ -38,14 +39,31 @@ func TestC2CFloorCopiesTheServicePayloadAndPairsEveryCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer svc.Close()
+	// The replica says it is alive, as every replica does each second, and
+	// the floor listens on its change channel.
+	if _, err := svc.ExecContext(ctx, `SELECT pg_notify($1, $2)`, pubsub.ReplicaChannel, `{"replica":"rpl_svc","state":"alive"}`); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		f.lmu.Lock()
+		n := len(f.listened)
+		f.lmu.Unlock()
+		if n == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the floor did not listen on the replica's change channel")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// Keys alone (no row) are not what the floor copies; keys and a row are.
 	row := `{"id":"vch_1","version":2}` + "\n" + `{"id":"vch_1","status":"REDEEMED","padding":"` + strings.Repeat("x", 900) + `"}`
 	for _, payload := range []string{`{"id":"vch_1","version":1}`, row} {
-		if _, err := svc.ExecContext(ctx, `SELECT pg_notify($1, $2)`, serviceChannel, payload); err != nil {
+		if _, err := svc.ExecContext(ctx, `SELECT pg_notify($1, $2)`, pubsub.ChangeChannel("rpl_svc"), payload); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for !f.captured() {
 		if time.Now().After(deadline) {
 			t.Fatal("the service's notification was not captured")
@@ -54,6 +72,9 @@ func TestC2CFloorCopiesTheServicePayloadAndPairsEveryCommit(t *testing.T) {
 	}
 	if f.payload != row {
 		t.Fatalf("captured %.80q, want the notification carrying the row", f.payload)
+	}
+	if !f.unlistened || len(f.listened) != 0 {
+		t.Fatalf("after the capture the floor still listens to the service (%v)", f.listened)
 	}
 	sent, errs := f.run(ctx, 200, time.Second, 0)
 	if s := errs.Summary(time.Second); s.Errors != 0 || sent != 200 {

@@ -531,11 +531,11 @@ func (a *App) Shutdown(ctx context.Context) error {
 
 // buildPubsub starts the subscription hub. The voucher service publishes
 // its own changes to it after each commit, with their new state. On
-// PostgreSQL it also hands them to the notifier, which tells every replica
-// (with the row when it fits) after commit, and the listener publishes
-// every replica's changes here, so a change on any replica reaches this
-// one's subscribers; rows from notifications get the same read model as
-// loaded vouchers. The notifier starts first so that the other replicas
+// PostgreSQL it also hands them to the notifier, which tells the other
+// replicas (with the row when it fits) after commit, and the listener
+// publishes every other replica's changes here (it never hears this
+// one's), so a change on any replica reaches this one's subscribers; rows
+// from notifications get the same read model as loaded vouchers. The notifier starts first so that the other replicas
 // know this one before it commits anything; the listener tells it when
 // other replicas come and go (alone, it sends nothing).
 func (a *App) buildPubsub(ctx context.Context) error {

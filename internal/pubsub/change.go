@@ -4,17 +4,31 @@
 package pubsub
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"strings"
 
 	"github.com/voucherd/voucherd/ent"
 )
 
-// Channel is the PostgreSQL NOTIFY channel voucher changes are sent on.
-// The voucher service issues pg_notify(Channel, <VoucherChange JSON>) in the
-// same transaction as the change, so a notification exists exactly when the
-// change committed.
+// Channel names voucher changes among the cross-replica channels. On
+// PostgreSQL no change is sent on it: each replica's Notifier sends its
+// changes on a channel of its own (ChangeChannel), and each Listener
+// LISTENs only on its peers' ones, so no replica hears its own changes
+// back. On NATS it is the changes' subjects' middle token (natsbus).
 const Channel = "voucher_changes"
+
+// ChangeChannel is the PostgreSQL channel the replica named replica sends
+// its voucher changes on: Channel, an underscore and 16 hex digits of the
+// name's SHA-256. Replica names are free text of any length, a channel
+// name is an identifier of at most 63 bytes; this one is 32 bytes of
+// lower-case letters, digits and underscores, the same for a name on every
+// replica (the Notifier and its peers' Listeners both derive it).
+func ChangeChannel(replica string) string {
+	sum := sha256.Sum256([]byte(replica))
+	return Channel + "_" + hex.EncodeToString(sum[:8])
+}
 
 // EndedChannel carries, from replica to replica, the id of a principal
 // whose grounds ended (a closed session's ses_ id, a usr_ id whose

@@ -200,7 +200,9 @@ func (h *Hub) Publish(c VoucherChange) {
 // keys first, without allocating, and copies the row out of the payload
 // only for a change someone here follows and the hub has not dispatched
 // at that version yet: most notifications a replica hears are for
-// vouchers nobody there follows, or its own changes coming back.
+// vouchers nobody there follows. (A replica's own changes do not come
+// back: on PostgreSQL it does not LISTEN on its own change channel, and
+// the NATS bus drops them by their subject before decoding.)
 func (h *Hub) PublishNotification(payload string) error {
 	c, row, err := parseKeys(payload)
 	if err != nil {
@@ -269,6 +271,40 @@ func (h *Hub) Resync(ctx context.Context, since time.Time) error {
 	h.mu.RUnlock()
 	for _, c := range todo {
 		h.shardFor(c.ID).add(c, true)
+	}
+	return nil
+}
+
+// CatchUp sends what changed at or after since and was not dispatched
+// here: every voucher changed since then that a subscription here follows
+// (by id, session or business), loaded once, unless this hub already
+// dispatched that version (then it costs neither a load nor a send). It is
+// Resync for a loss that is known to hold only changes made since since:
+// the notifications a peer sent on its change channel before this
+// replica's LISTEN on it was in effect (Listener), each of them a change
+// the peer committed after it started, after this listener started and
+// after it was last dropped. Resync also reloads every voucher followed
+// by id, whatever its age, which such a loss cannot have touched; with
+// many subscribers (every checkout page follows one voucher by id) that
+// is a load per subscribed voucher on every join, for nothing. What it
+// sends is not marked Resync: each is a version no subscriber here was
+// sent, and one the memo forgot is a repeat subscribers drop as such.
+//
+// With no subscription open it asks nothing (a replica just started has
+// none yet): a change notified before a subscription existed is one the
+// hub drops anyway, and from now on the peer's LISTEN is in effect.
+func (h *Hub) CatchUp(ctx context.Context, since time.Time) error {
+	if h.count.Load() == 0 {
+		return nil
+	}
+	changes, err := h.loader.ChangedSince(ctx, since)
+	if err != nil {
+		return err
+	}
+	for _, c := range changes {
+		if h.interested(c) {
+			h.shardFor(c.ID).add(c, false)
+		}
 	}
 	return nil
 }
@@ -685,8 +721,8 @@ type shard struct {
 // notified: Publish notifies them once the shard's lock is released.
 func (s *shard) sendInline(c VoucherChange, queued []*Subscription) (_ []*Subscription, done bool) {
 	h := s.hub
-	// A version already dispatched (this replica's own change coming back
-	// through LISTEN) needs no decoding.
+	// A version already dispatched (heard again, or caught up by a resync)
+	// needs no decoding.
 	if last, ok := s.seen.get(c.ID); ok && c.Version > 0 && c.Version <= last {
 		return queued, true
 	}
@@ -819,8 +855,8 @@ func (s *shard) process(batch []pendingChange, buf []*Subscription) ([]*Subscrip
 		if !p.resync && !h.interested(c) {
 			continue
 		}
-		// A version already dispatched (typically this replica's own
-		// change coming back through LISTEN) needs no decoding or load.
+		// A version already dispatched (heard again, or caught up after
+		// a join) needs no decoding or load.
 		if last, ok := s.seen.get(c.ID); ok && !p.resync && c.Version > 0 && c.Version <= last {
 			continue
 		}

@@ -23,6 +23,7 @@ type fakeLoader struct {
 	loadedID map[string]int
 	failNext atomic.Int64
 	changed  []VoucherChange
+	asked    atomic.Int64 // ChangedSince calls
 }
 
 func newFakeLoader() *fakeLoader {
@@ -60,6 +61,7 @@ func (f *fakeLoader) Load(_ context.Context, ids []string) ([]*ent.Voucher, erro
 }
 
 func (f *fakeLoader) ChangedSince(context.Context, time.Time) ([]VoucherChange, error) {
+	f.asked.Add(1)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return append([]VoucherChange(nil), f.changed...), nil
@@ -357,6 +359,59 @@ func TestResync(t *testing.T) {
 	}
 	if ev := next(t, again); ev.Voucher.ID != "vch_1" || ev.Voucher.Version != 1 || !ev.Resync {
 		t.Fatalf("forgotten version: %s v%d resync=%v", ev.Voucher.ID, ev.Voucher.Version, ev.Resync)
+	}
+}
+
+// A catch-up after a peer's LISTEN sends what changed and was not sent
+// here, loading only that: not what this hub already dispatched at that
+// version, not a voucher followed by id that did not change (which
+// Resync reloads), and it is no resync. A hub with no subscription does
+// not even ask what changed.
+func TestCatchUp(t *testing.T) {
+	l := newFakeLoader()
+	idle := newHub(t, l, Options{})
+	l.changed = []VoucherChange{l.set("vch_9", "ses_9", "", 2)}
+	if err := idle.CatchUp(context.Background(), time.Now()); err != nil || l.asked.Load() != 0 {
+		t.Fatalf("a hub with no subscription asked what changed (%d, %v)", l.asked.Load(), err)
+	}
+
+	h := newHub(t, l, Options{})
+	byID := h.Subscribe(ByVoucher, "vch_1")
+	bySession := h.Subscribe(BySession, "ses_9")
+	byBusiness := h.Subscribe(ByBusiness, "biz_1")
+	defer byID.Close()
+	defer bySession.Close()
+	defer byBusiness.Close()
+	h.Publish(l.set("vch_1", "ses_1", "", 1))
+	next(t, byID)
+	h.Publish(l.set("vch_5", "ses_5", "biz_1", 3))
+	next(t, byBusiness)
+
+	// The peer's unheard changes: vch_2 (session ses_9) and vch_3
+	// (business biz_1); vch_4 belongs to nobody followed; vch_5 is as
+	// this hub last sent it.
+	l.changed = []VoucherChange{
+		l.set("vch_2", "ses_9", "", 2),
+		l.set("vch_3", "ses_5", "biz_1", 7),
+		l.set("vch_4", "ses_6", "", 1),
+		l.set("vch_5", "ses_5", "biz_1", 3),
+	}
+	if err := h.CatchUp(context.Background(), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ev := next(t, bySession); ev.Voucher.ID != "vch_2" || ev.Voucher.Version != 2 || ev.Resync {
+		t.Fatalf("session catch-up: %s v%d resync=%v", ev.Voucher.ID, ev.Voucher.Version, ev.Resync)
+	}
+	if ev := next(t, byBusiness); ev.Voucher.ID != "vch_3" || ev.Voucher.Version != 7 || ev.Resync {
+		t.Fatalf("business catch-up: %s v%d resync=%v", ev.Voucher.ID, ev.Voucher.Version, ev.Resync)
+	}
+	nothing(t, byID)
+	nothing(t, byBusiness)
+	l.mu.Lock()
+	loaded := map[string]int{"vch_1": l.loadedID["vch_1"], "vch_4": l.loadedID["vch_4"], "vch_5": l.loadedID["vch_5"]}
+	l.mu.Unlock()
+	if loaded["vch_1"] != 1 || loaded["vch_4"] != 0 || loaded["vch_5"] != 1 {
+		t.Fatalf("loads per voucher %v; want vch_1 and vch_5 once each (when published), vch_4 never", loaded)
 	}
 }
 

@@ -3,6 +3,7 @@ package pubsub
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
@@ -25,7 +26,8 @@ type ListenerOptions struct {
 	// into the gap, and clock differences between replicas.
 	ResyncMargin time.Duration
 	// Replica is this process's Notifier's name, whose own liveness
-	// messages are ignored. Empty: every replica is a peer.
+	// messages are ignored (so its change channel is never listened on).
+	// Empty: every replica is a peer.
 	Replica string
 	// Peers, when set, is told as other replicas appear and when none is
 	// left (this process's Notifier, which sends nothing while alone).
@@ -45,6 +47,11 @@ type ListenerOptions struct {
 	// may have been lost, and they are not replayed.
 	Lost func()
 	Log  *slog.Logger
+
+	// beforePeerListen, when set (tests only, export_test.go), is called
+	// on the control goroutine before each LISTEN on a peer's change
+	// channel, to hold it back.
+	beforePeerListen func(ctx context.Context, channel string)
 }
 
 // PeerWatcher learns which other replicas the Listener hears.
@@ -56,18 +63,37 @@ type PeerWatcher interface {
 	PeersGone()
 }
 
-// Listener feeds a Hub from PostgreSQL: LISTEN on Channel, every
-// notification (from any replica, this one included) is published to the
-// hub. Changes can go unnotified in two ways, and both end in the hub
-// re-sending current state (Hub.Resync) for everything changed since just
-// before the loss could have begun:
+// Listener feeds a Hub from PostgreSQL. It LISTENs on ReplicaChannel (the
+// replicas' liveness) and the Handlers' channels from the start, and on
+// each other replica's change channel (ChangeChannel of its name) while it
+// hears that replica: from the first "alive" it hears from it until it
+// says goodbye or falls silent. Every change notification it hears is
+// published to the hub; it never hears this replica's own (see Notifier).
+//
+// The LISTENs and UNLISTENs on peers' channels are made, in the order they
+// were decided, by a control goroutine of their own: lib/pq answers them
+// from the connection goroutine that also feeds Notify, so making them on
+// the goroutine that drains Notify could wait forever on a full Notify.
+//
+// Changes can go unnotified in three ways, and all end in the hub
+// re-sending what changed since just before the loss could have begun
+// (less ResyncMargin, for transactions in flight and clocks apart):
 //
 //   - this listener's connection drops: notifications sent during the gap
-//     are gone; resync from when the connection was last known good;
+//     are gone, on every channel; resync (Hub.Resync) from when the
+//     connection was last known good. lib/pq re-LISTENs every channel it
+//     was listening on, peers' ones included, before it says so;
 //   - another replica stops (see Notifier): one that said goodbye sent
 //     everything first; one that went silent for PeerTimeout (killed, cut
 //     off, or told us it dropped notifications) may have committed changes
-//     it never notified; resync from when it was last heard.
+//     it never notified; resync from when it was last heard;
+//   - a peer is heard before this listener's LISTEN on its change channel
+//     is in effect (the join window): the peer sends its changes as soon
+//     as it hears any replica, so what it sent meanwhile went to nobody
+//     here. Once the LISTEN is in effect, the hub catches up (Hub.CatchUp)
+//     on what changed since the latest of the peer's start, this
+//     listener's start and when it last dropped that peer (what was sent
+//     before that was heard, or resynced when the peer was dropped).
 type Listener struct {
 	pl   *pq.Listener
 	hub  *Hub
@@ -85,13 +111,44 @@ type Listener struct {
 	// known is a copy of peers' names for Peers.
 	heard atomic.Int64
 	known atomic.Pointer[[]string]
+
+	// started is when Listen began: a peer's changes sent before it were
+	// never this listener's to hear.
+	started time.Time
+	// dropped maps a replica taken for gone by its silence to when that
+	// was (run goroutine only): it may have gone on sending after the
+	// UNLISTEN, and if it is heard again the catch-up starts there.
+	dropped map[string]time.Time
+	// ops are the LISTENs and UNLISTENs on peers' channels waiting for the
+	// control goroutine, in order; wakeOps tells it there are some.
+	opsMu   sync.Mutex
+	ops     []peerOp
+	wakeOps chan struct{}
+	// listening is the peers' channels the control goroutine has LISTENed
+	// on and not UNLISTENed, for tests.
+	listening atomic.Pointer[[]string]
+	// changes counts the change notifications taken in; catchUps the
+	// catch-ups started after a peer's LISTEN.
+	changes  atomic.Int64
+	catchUps atomic.Int64
+}
+
+// peerOp is a LISTEN (listen) or UNLISTEN on a peer's change channel; a
+// LISTEN is followed by a catch-up from since.
+type peerOp struct {
+	channel string
+	listen  bool
+	since   time.Time
 }
 
 // ApplicationName tags the listener's connection in pg_stat_activity.
 const ApplicationName = "voucherd-listener"
 
 // Listen connects to databaseURL and starts feeding hub. It returns once
-// LISTEN is in effect, so no change committed after it returns is missed.
+// LISTEN is in effect on ReplicaChannel and the Handlers' channels; each
+// peer's change channel follows when the peer is heard, with a catch-up
+// that reaches back before this call at least, so no change committed
+// after it returns is missed.
 func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOptions) (*Listener, error) {
 	if opts.MinReconnect <= 0 {
 		opts.MinReconnect = 100 * time.Millisecond
@@ -129,12 +186,10 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 			log.Info("pubsub: LISTEN connection re-established")
 		}
 	})
+	started := time.Now()
 	listened := make(chan error, 1)
 	go func() {
-		err := pl.Listen(Channel)
-		if err == nil {
-			err = pl.Listen(ReplicaChannel)
-		}
+		err := pl.Listen(ReplicaChannel)
 		for ch := range opts.Handlers {
 			if err == nil {
 				err = pl.Listen(ch)
@@ -146,15 +201,17 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 	case err := <-listened:
 		if err != nil {
 			_ = pl.Close()
-			return nil, fmt.Errorf("pubsub: LISTEN %s: %w", Channel, err)
+			return nil, fmt.Errorf("pubsub: LISTEN %s: %w", ReplicaChannel, err)
 		}
 	case <-ctx.Done():
 		_ = pl.Close()
 		return nil, ctx.Err()
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop, peers: map[string]time.Time{}}
-	l.wg.Add(1)
+	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop, peers: map[string]time.Time{},
+		started: started, dropped: map[string]time.Time{}, wakeOps: make(chan struct{}, 1)}
+	l.wg.Add(2)
+	go l.control(runCtx)
 	go l.run(runCtx)
 	return l, nil
 }
@@ -192,7 +249,7 @@ func (l *Listener) run(ctx context.Context) {
 		case now := <-check.C:
 			for id, seen := range l.peers {
 				if now.Sub(seen) > l.opts.PeerTimeout {
-					l.dropPeer(id)
+					l.dropPeer(id, true)
 					log.Warn("pubsub: replica went silent; resyncing what it may not have notified", "replica", id)
 					l.resync(ctx, seen)
 				}
@@ -202,9 +259,14 @@ func (l *Listener) run(ctx context.Context) {
 				return
 			}
 			if n == nil {
-				// lib/pq sends nil after re-establishing the connection:
-				// whatever was notified in between is lost, the peers'
-				// heartbeats included (they are fresh again as of now).
+				// lib/pq sends nil after re-establishing the connection
+				// and LISTENing again on every channel it listened on
+				// (the peers' change channels it was told of included):
+				// whatever was notified in between is lost, on any of
+				// them, the peers' heartbeats included (they are fresh
+				// again as of now). A LISTEN the control goroutine makes
+				// meanwhile waits for the new connection, and its
+				// channel's gap is in this resync too.
 				since := time.Unix(0, l.healthy.Load())
 				l.markHealthy()
 				for id := range l.peers {
@@ -223,6 +285,7 @@ func (l *Listener) run(ctx context.Context) {
 				h(n.Extra)
 				continue
 			}
+			l.changes.Add(1)
 			if err := l.hub.PublishNotification(n.Extra); err != nil {
 				log.Error("pubsub: malformed voucher change notification", "bytes", len(n.Extra))
 			}
@@ -242,7 +305,7 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 	}
 	switch m.State {
 	case replicaGone:
-		l.dropPeer(m.Replica)
+		l.dropPeer(m.Replica, false)
 	case replicaGap:
 		if _, known := l.peers[m.Replica]; known {
 			l.peers[m.Replica] = time.Now()
@@ -264,19 +327,154 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 		l.peers[m.Replica] = time.Now()
 		if !known {
 			l.publishPeers()
+			// Its changes from now on, and a catch-up on those it sent
+			// before the LISTEN is in effect (see Listener).
+			since := l.started
+			if m.Started.After(since) {
+				since = m.Started
+			}
+			if at, ok := l.dropped[m.Replica]; ok {
+				delete(l.dropped, m.Replica)
+				if at.After(since) {
+					since = at
+				}
+			}
+			l.queue(peerOp{channel: ChangeChannel(m.Replica), listen: true, since: since})
 		}
 	}
 }
 
-func (l *Listener) dropPeer(id string) {
+// dropPeer forgets a peer and stops listening to its changes; silent: it
+// was taken for gone, not heard saying goodbye.
+func (l *Listener) dropPeer(id string, silent bool) {
 	if _, ok := l.peers[id]; !ok {
 		return
 	}
 	delete(l.peers, id)
+	if silent {
+		now := time.Now()
+		// Forget drops nobody came back from within an hour: a peer
+		// that does later is caught up from its start instead, which
+		// loads more but misses nothing.
+		for id, at := range l.dropped {
+			if now.Sub(at) > time.Hour {
+				delete(l.dropped, id)
+			}
+		}
+		l.dropped[id] = now
+	}
+	l.queue(peerOp{channel: ChangeChannel(id)})
 	l.publishPeers()
 	if len(l.peers) == 0 && l.opts.Peers != nil {
 		l.opts.Peers.PeersGone()
 	}
+}
+
+// queue hands op to the control goroutine; it never blocks.
+func (l *Listener) queue(op peerOp) {
+	l.opsMu.Lock()
+	l.ops = append(l.ops, op)
+	l.opsMu.Unlock()
+	select {
+	case l.wakeOps <- struct{}{}:
+	default:
+	}
+}
+
+// control makes the queued LISTENs and UNLISTENs, one at a time, in order.
+func (l *Listener) control(ctx context.Context) {
+	defer l.wg.Done()
+	listening := map[string]bool{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wakeOps:
+		}
+		for {
+			l.opsMu.Lock()
+			if len(l.ops) == 0 {
+				l.ops = nil
+				l.opsMu.Unlock()
+				break
+			}
+			op := l.ops[0]
+			l.ops = l.ops[1:]
+			l.opsMu.Unlock()
+			if !l.apply(ctx, op) {
+				return
+			}
+			if op.listen {
+				listening[op.channel] = true
+			} else {
+				delete(listening, op.channel)
+			}
+			chans := make([]string, 0, len(listening))
+			for ch := range listening {
+				chans = append(chans, ch)
+			}
+			l.listening.Store(&chans)
+		}
+	}
+}
+
+// apply makes op, retrying a LISTEN the server refused until it is in
+// effect, then starts its catch-up. It returns false once the listener is
+// closing.
+func (l *Listener) apply(ctx context.Context, op peerOp) bool {
+	if !op.listen {
+		// lib/pq forgets the channel even when the connection is down
+		// (it is then not LISTENed again on reconnect).
+		if err := l.pl.Unlisten(op.channel); err != nil && !errors.Is(err, pq.ErrChannelNotOpen) && ctx.Err() == nil {
+			l.opts.Log.Warn("pubsub: UNLISTEN on a gone replica's changes failed", "channel", op.channel, "err", err.Error())
+		}
+		return ctx.Err() == nil
+	}
+	if l.opts.beforePeerListen != nil {
+		l.opts.beforePeerListen(ctx, op.channel)
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		if ctx.Err() != nil {
+			return false
+		}
+		// lib/pq returns once the server confirmed the LISTEN, or, with
+		// the connection down, once it is re-established with the
+		// channel listened on again (and nil sent: a resync).
+		err := l.pl.Listen(op.channel)
+		if err == nil || errors.Is(err, pq.ErrChannelAlreadyOpen) {
+			break
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		l.opts.Log.Error("pubsub: LISTEN on a replica's changes failed; retrying", "channel", op.channel, "err", err.Error())
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+	l.catchUp(ctx, op.since)
+	return true
+}
+
+// catchUp has the hub send, in the background, what changed since (less
+// the margin) and was not dispatched here (Hub.CatchUp). Unlike resync it
+// tells Lost nothing: the Handlers' channels were listened on throughout.
+func (l *Listener) catchUp(ctx context.Context, since time.Time) {
+	since = since.Add(-l.opts.ResyncMargin)
+	l.catchUps.Add(1)
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		if err := l.hub.CatchUp(rctx, since); err != nil && ctx.Err() == nil {
+			l.opts.Log.Error("pubsub: catching up on a new replica's changes failed", "err", err.Error())
+		}
+	}()
 }
 
 // resync re-sends, in the background, what changed since (less the margin
@@ -326,8 +524,17 @@ func (l *Listener) Heard() time.Time {
 	return time.Unix(0, n)
 }
 
-// Resyncs is how many resyncs the listener started.
+// Resyncs is how many resyncs the listener started (after a loss; the
+// catch-ups after a peer's LISTEN are CatchUps).
 func (l *Listener) Resyncs() int64 { return l.resyncs.Load() }
+
+// CatchUps is how many catch-ups the listener started, one per LISTEN on
+// a peer's change channel.
+func (l *Listener) CatchUps() int64 { return l.catchUps.Load() }
+
+// Changes is how many change notifications the listener took in (its
+// peers'; never this replica's own).
+func (l *Listener) Changes() int64 { return l.changes.Load() }
 
 func (l *Listener) markHealthy() { l.healthy.Store(time.Now().UnixNano()) }
 

@@ -15,8 +15,46 @@ import (
 
 func TestMain(m *testing.M) { testdb.Main(m) }
 
-// change writes a new version of v and notifies, in one transaction, the
-// way the voucher service does.
+// peer is the replica name change notifies for: announce makes a listener
+// take it for a live replica.
+const peer = "rpl_peer"
+
+// announce says on ReplicaChannel that peer is alive, started at started.
+func announce(t *testing.T, db *storage.DB, started time.Time) {
+	t.Helper()
+	if _, err := db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
+		`{"replica":"`+peer+`","state":"alive","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitPeerChannels waits until l's LISTENs are in effect on exactly these
+// replicas' change channels.
+func waitPeerChannels(t *testing.T, l *pubsub.Listener, replicas ...string) {
+	t.Helper()
+	want := map[string]bool{}
+	for _, r := range replicas {
+		want[pubsub.ChangeChannel(r)] = true
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := l.PeerChannels()
+		same := len(got) == len(want)
+		for _, ch := range got {
+			same = same && want[ch]
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("listening on peers' channels %v, want those of %v", got, replicas)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// change writes a new version of v and notifies it on peer's change
+// channel, in one transaction.
 func change(t *testing.T, db *storage.DB, v *ent.Voucher) *ent.Voucher {
 	t.Helper()
 	ctx := context.Background()
@@ -28,7 +66,7 @@ func change(t *testing.T, db *storage.DB, v *ent.Voucher) *ent.Voucher {
 			return err
 		}
 		b, _ := json.Marshal(pubsub.ChangeOf(out))
-		_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", pubsub.Channel, string(b))
+		_, err = tx.ExecContext(ctx, "SELECT pg_notify($1, $2)", pubsub.ChangeChannel(peer), string(b))
 		return err
 	})
 	if err != nil {
@@ -63,16 +101,18 @@ func waitEvent(t *testing.T, s *pubsub.Subscription, d time.Duration) *pubsub.Ev
 	return ev
 }
 
-// A change committed on PostgreSQL reaches the hub through LISTEN/NOTIFY,
-// and after the LISTEN connection is cut, the change made during the gap
-// (whose NOTIFY is lost) arrives anyway, as a resync.
+// A change a peer committed on PostgreSQL reaches the hub through
+// LISTEN/NOTIFY on the peer's change channel, and after the LISTEN
+// connection is cut, the change made during the gap (whose NOTIFY is lost)
+// arrives anyway, as a resync; the peer's channel is listened on again.
 func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
 	ctx := context.Background()
 	db, url := testdb.OpenURL(t, storage.Postgres)
 	hub := pubsub.NewHub(pubsub.EntLoader{Client: db.Client}, pubsub.Options{})
 	defer hub.Close()
-	// A slow first reconnect leaves a window in which NOTIFYs are lost.
-	l, err := pubsub.Listen(ctx, url, hub, pubsub.ListenerOptions{MinReconnect: 700 * time.Millisecond, MaxReconnect: time.Second})
+	// A slow first reconnect leaves a window in which NOTIFYs are lost;
+	// the peer sends one "alive" only, and must not be taken for gone.
+	l, err := pubsub.Listen(ctx, url, hub, pubsub.ListenerOptions{MinReconnect: 700 * time.Millisecond, MaxReconnect: time.Second, PeerTimeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,6 +123,17 @@ func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
 	defer sub.Close()
 	bySession := hub.Subscribe(pubsub.BySession, v.SessionID)
 	defer bySession.Close()
+
+	// Heard, the peer is listened to, and the voucher created since the
+	// listener started is caught up on (it could have been sent on the
+	// peer's channel before that LISTEN).
+	announce(t, db, time.Now())
+	waitPeerChannels(t, l, peer)
+	for _, s := range []*pubsub.Subscription{sub, bySession} {
+		if ev := waitEvent(t, s, 5*time.Second); ev.Voucher.Version != v.Version || ev.Resync {
+			t.Fatalf("catch-up event v%d resync=%v, want v%d", ev.Voucher.Version, ev.Resync, v.Version)
+		}
+	}
 
 	v = change(t, db, v)
 	for _, s := range []*pubsub.Subscription{sub, bySession} {
@@ -122,6 +173,7 @@ func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
 	// Notifications flow again on the new connection. (The resync's own
 	// reload may still be queued and pick the new version up first: either
 	// way the subscriber sees it once.)
+	heard := l.Changes()
 	v = change(t, db, v)
 	if ev := waitEvent(t, sub, 2*time.Second); ev.Voucher.Version != v.Version {
 		t.Fatalf("after resync: v%d, want v%d", ev.Voucher.Version, v.Version)
@@ -130,5 +182,17 @@ func TestListenerDeliversAndResyncsAfterReconnect(t *testing.T) {
 	defer cancel()
 	if ev, err := sub.Next(ctx2); err == nil {
 		t.Fatalf("duplicate event v%d", ev.Voucher.Version)
+	}
+	// lib/pq LISTENed on the peer's channel again: its NOTIFY came in.
+	for deadline := time.Now().Add(5 * time.Second); l.Changes() == heard; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the peer's change channel is not listened on after the reconnect")
+		}
+	}
+	if got := l.PeerChannels(); len(got) != 1 || got[0] != pubsub.ChangeChannel(peer) {
+		t.Fatalf("after reconnect listening on %v", got)
+	}
+	if n := l.CatchUps(); n != 1 {
+		t.Fatalf("%d catch-ups, want 1 (the peer's join)", n)
 	}
 }

@@ -66,8 +66,11 @@ type NotifierOptions struct {
 	Log      *slog.Logger
 }
 
-// Notifier sends this replica's committed changes to every replica's
-// Listener, after commit, from one connection of its own.
+// Notifier sends this replica's committed changes to every other
+// replica's Listener, after commit, from one connection of its own. They go
+// on this replica's own channel (ChangeChannel of its name), which only the
+// other replicas LISTEN on: this replica's subscribers get its changes in
+// process, and PostgreSQL does not send them back to its listener.
 //
 // Why not pg_notify inside the committing transaction, which makes "the
 // change committed" and "the change was notified" one fact: a transaction
@@ -98,6 +101,7 @@ type NotifierOptions struct {
 type Notifier struct {
 	db      *sql.DB
 	replica string
+	changes string // ChangeChannel(replica)
 	opts    NotifierOptions
 
 	// active mirrors peers for Publish's lock-free check.
@@ -156,7 +160,7 @@ func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) 
 	db.SetMaxOpenConns(1)
 	db.SetMaxIdleConns(1)
 	n := &Notifier{
-		db: db, replica: opts.Replica, opts: opts, started: time.Now().UTC(),
+		db: db, replica: opts.Replica, changes: ChangeChannel(opts.Replica), opts: opts, started: time.Now().UTC(),
 		signals: map[string]bool{},
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -178,6 +182,9 @@ func notifierURL(databaseURL string) (string, error) {
 
 // Replica is the name this notifier uses on ReplicaChannel.
 func (n *Notifier) Replica() string { return n.replica }
+
+// ChangeChannel is the channel this notifier sends its changes on.
+func (n *Notifier) ChangeChannel() string { return n.changes }
 
 // pending is a queued notification: its payload, encoded by Publish.
 type pending struct {
@@ -489,7 +496,7 @@ func (n *Notifier) send(ctx context.Context, changes []pending, extra ...[2]stri
 	args := make([]any, 0, len(changes)+len(extra))
 	chans := make([]string, 0, len(changes)+len(extra))
 	for _, c := range changes {
-		chans = append(chans, Channel)
+		chans = append(chans, n.changes)
 		args = append(args, c.payload)
 	}
 	for _, e := range extra {
@@ -505,8 +512,11 @@ func (n *Notifier) send(ctx context.Context, changes []pending, extra ...[2]stri
 
 // notifyStatement is "SELECT pg_notify('ch', $1), pg_notify('ch', $2), ...":
 // one row whose target list PostgreSQL evaluates in order, so the
-// notifications are queued (and delivered) in the order given. Channel
-// names are this program's constants, quoted all the same.
+// notifications are queued (and delivered) in the order given, across
+// channels too: a listener hears this replica's changes, on its change
+// channel, and its liveness messages in the order they were sent. Channel
+// names are this program's constants and ChangeChannel's, quoted all the
+// same.
 func notifyStatement(chans []string) string {
 	var b strings.Builder
 	b.Grow(16 + 40*len(chans))

@@ -3,6 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,15 +17,32 @@ import (
 	"github.com/voucherd/voucherd/testsupport/testdb"
 )
 
-// countingLoader is EntLoader that counts the vouchers it loads.
+// countingLoader is EntLoader that counts the vouchers it loads and
+// remembers from when it was asked what changed.
 type countingLoader struct {
 	pubsub.EntLoader
 	loaded atomic.Int64
+	mu     sync.Mutex
+	since  []time.Time
 }
 
 func (l *countingLoader) Load(ctx context.Context, ids []string) ([]*ent.Voucher, error) {
 	l.loaded.Add(int64(len(ids)))
 	return l.EntLoader.Load(ctx, ids)
+}
+
+func (l *countingLoader) ChangedSince(ctx context.Context, t time.Time) ([]pubsub.VoucherChange, error) {
+	l.mu.Lock()
+	l.since = append(l.since, t)
+	l.mu.Unlock()
+	return l.EntLoader.ChangedSince(ctx, t)
+}
+
+// asked is every since ChangedSince was called with so far.
+func (l *countingLoader) asked() []time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Time(nil), l.since...)
 }
 
 // replica is one process's pubsub on a shared PostgreSQL database: its
@@ -174,7 +192,7 @@ func TestNotifierReachesOtherReplicas(t *testing.T) {
 	// not: 200 versions of one voucher as fast as they come.
 	order := pq.NewListener(s.url, 10*time.Millisecond, time.Second, nil)
 	defer order.Close()
-	if err := order.Listen(pubsub.Channel); err != nil {
+	if err := order.Listen(a.n.ChangeChannel()); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 200 {
@@ -246,6 +264,7 @@ func TestSilentReplicaIsResynced(t *testing.T) {
 	if n := r.l.Resyncs(); n != 1 {
 		t.Fatalf("%d resyncs, want 1", n)
 	}
+	waitPeerChannels(t, r.l) // the silent replica's channel is UNLISTENed
 }
 
 // A replica that stops cleanly sends what it queued and says goodbye: no
@@ -269,6 +288,7 @@ func TestGoodbyeNeedsNoResync(t *testing.T) {
 	if n := r.l.Resyncs(); n != 0 {
 		t.Fatalf("%d resyncs after a clean goodbye", n)
 	}
+	waitPeerChannels(t, r.l) // the gone replica's channel is UNLISTENed
 }
 
 // A replica that had to drop notifications says from when; the others
@@ -298,7 +318,7 @@ func TestLoneReplicaNotifiesNothingUntilAPeerJoins(t *testing.T) {
 	s := newShared(t)
 	heard := pq.NewListener(s.url, 10*time.Millisecond, time.Second, nil)
 	defer heard.Close()
-	if err := heard.Listen(pubsub.Channel); err != nil {
+	if err := heard.Listen(pubsub.ChangeChannel("rpl_a")); err != nil {
 		t.Fatal(err)
 	}
 	a := s.replica(t, "rpl_a", pubsub.ListenerOptions{}, pubsub.NotifierOptions{Heartbeat: 50 * time.Millisecond})

@@ -241,7 +241,7 @@ func TestChangesCarryTheirState(t *testing.T) {
 				f.pub.also = n
 				l := pq.NewListener(url, 10*time.Millisecond, time.Second, nil)
 				t.Cleanup(func() { l.Close() })
-				if err := l.Listen(pubsub.Channel); err != nil {
+				if err := l.Listen(n.ChangeChannel()); err != nil {
 					t.Fatal(err)
 				}
 				go func() {
