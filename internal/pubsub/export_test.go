@@ -29,3 +29,11 @@ func (l *Listener) PeerChannels() []string {
 	}
 	return nil
 }
+
+// SendsLegacy says whether n sends its changes on Channel too (a legacy
+// peer is heard).
+func (n *Notifier) SendsLegacy() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.legacy
+}

@@ -202,7 +202,10 @@ func (h *Hub) Publish(c VoucherChange) {
 // at that version yet: most notifications a replica hears are for
 // vouchers nobody there follows. (A replica's own changes do not come
 // back: on PostgreSQL it does not LISTEN on its own change channel, and
-// the NATS bus drops them by their subject before decoding.)
+// the NATS bus drops them by their subject before decoding. The exception
+// is a rolling deploy from the shared channel: while a replica of that
+// version is heard, the others' changes come twice and a replica's own
+// once, on the shared channel, each a version dispatched already.)
 func (h *Hub) PublishNotification(payload string) error {
 	c, row, err := parseKeys(payload)
 	if err != nil {

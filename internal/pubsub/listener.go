@@ -61,6 +61,12 @@ type PeerWatcher interface {
 	PeerJoined(started time.Time)
 	// PeersGone: no other replica is heard any more.
 	PeersGone()
+	// LegacyJoined: a legacy peer (see Listener) not heard before (or
+	// since it was taken for gone), whose notifier started at started;
+	// called before its PeerJoined.
+	LegacyJoined(started time.Time)
+	// LegacyGone: no legacy peer is heard any more.
+	LegacyGone()
 }
 
 // Listener feeds a Hub from PostgreSQL. It LISTENs on ReplicaChannel (the
@@ -68,7 +74,8 @@ type PeerWatcher interface {
 // each other replica's change channel (ChangeChannel of its name) while it
 // hears that replica: from the first "alive" it hears from it until it
 // says goodbye or falls silent. Every change notification it hears is
-// published to the hub; it never hears this replica's own (see Notifier).
+// published to the hub; it never hears this replica's own (see Notifier),
+// except while a legacy peer is heard (below).
 //
 // The LISTENs and UNLISTENs on peers' channels are made, in the order they
 // were decided, by a control goroutine of their own: lib/pq answers them
@@ -94,6 +101,16 @@ type PeerWatcher interface {
 //     on what changed since the latest of the peer's start, this
 //     listener's start and when it last dropped that peer (what was sent
 //     before that was heard, or resynced when the peer was dropped).
+//
+// A legacy peer is a replica of the version before per-replica channels,
+// told by its "alive" naming no channel: it sends its changes on, and
+// LISTENs on, the one shared Channel. While at least one is heard (a
+// rolling deploy), this listener LISTENs on Channel too, with the same
+// catch-up when that LISTEN starts, and tells Peers, so that this
+// replica's notifier sends its changes there too; once none is left, it
+// UNLISTENs Channel. Meanwhile it hears the other new replicas' changes
+// twice (on their channels and on Channel) and its own once (on Channel):
+// the hub's version memo drops each version it already dispatched.
 type Listener struct {
 	pl   *pq.Listener
 	hub  *Hub
@@ -103,8 +120,12 @@ type Listener struct {
 	// healthy is when the connection was last known good (unix nanos).
 	healthy atomic.Int64
 	// peers maps each live replica to when it was last heard (local
-	// clock); only the run goroutine touches it.
-	peers map[string]time.Time
+	// clock) and the channel its changes come on; only the run goroutine
+	// touches it, chanPeers (how many live peers' changes come on each
+	// channel) and legacy (how many of them are legacy peers).
+	peers     map[string]peerState
+	chanPeers map[string]int
+	legacy    int
 	// resyncs counts resyncs started, for tests and metrics.
 	resyncs atomic.Int64
 	// heard is when a notification was last taken in (unix nanos);
@@ -131,6 +152,13 @@ type Listener struct {
 	// catch-ups started after a peer's LISTEN.
 	changes  atomic.Int64
 	catchUps atomic.Int64
+}
+
+// peerState is what the listener knows of a live peer.
+type peerState struct {
+	seen    time.Time // when it was last heard (local clock)
+	channel string    // the channel its changes come on
+	legacy  bool      // a legacy peer: channel is Channel
 }
 
 // peerOp is a LISTEN (listen) or UNLISTEN on a peer's change channel; a
@@ -208,7 +236,7 @@ func Listen(ctx context.Context, databaseURL string, hub *Hub, opts ListenerOpti
 		return nil, ctx.Err()
 	}
 	runCtx, stop := context.WithCancel(context.Background())
-	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop, peers: map[string]time.Time{},
+	l := &Listener{pl: pl, hub: hub, opts: opts, stop: stop, peers: map[string]peerState{}, chanPeers: map[string]int{},
 		started: started, dropped: map[string]time.Time{}, wakeOps: make(chan struct{}, 1)}
 	l.wg.Add(2)
 	go l.control(runCtx)
@@ -247,11 +275,11 @@ func (l *Listener) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-check.C:
-			for id, seen := range l.peers {
-				if now.Sub(seen) > l.opts.PeerTimeout {
+			for id, p := range l.peers {
+				if now.Sub(p.seen) > l.opts.PeerTimeout {
 					l.dropPeer(id, true)
 					log.Warn("pubsub: replica went silent; resyncing what it may not have notified", "replica", id)
-					l.resync(ctx, seen)
+					l.resync(ctx, p.seen)
 				}
 			}
 		case n, ok := <-l.pl.Notify:
@@ -269,8 +297,9 @@ func (l *Listener) run(ctx context.Context) {
 				// channel's gap is in this resync too.
 				since := time.Unix(0, l.healthy.Load())
 				l.markHealthy()
-				for id := range l.peers {
-					l.peers[id] = time.Now()
+				for id, p := range l.peers {
+					p.seen = time.Now()
+					l.peers[id] = p
 				}
 				l.resync(ctx, since)
 				continue
@@ -307,8 +336,9 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 	case replicaGone:
 		l.dropPeer(m.Replica, false)
 	case replicaGap:
-		if _, known := l.peers[m.Replica]; known {
-			l.peers[m.Replica] = time.Now()
+		if p, known := l.peers[m.Replica]; known {
+			p.seen = time.Now()
+			l.peers[m.Replica] = p
 		}
 		if m.Since.IsZero() {
 			m.Since = time.Now()
@@ -316,30 +346,51 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 		l.opts.Log.Info("pubsub: a replica did not notify some changes; resyncing", "replica", m.Replica)
 		l.resync(ctx, m.Since)
 	default:
-		if _, known := l.peers[m.Replica]; !known && l.opts.Peers != nil {
+		if p, known := l.peers[m.Replica]; known {
+			p.seen = time.Now()
+			l.peers[m.Replica] = p
+			return
+		}
+		p := peerState{seen: time.Now(), channel: m.Channel}
+		if p.channel == "" {
+			p.channel, p.legacy = Channel, true
+		} else if p.channel == ReplicaChannel || l.opts.Handlers[p.channel] != nil {
+			// Listened on throughout: an UNLISTEN when the peer goes
+			// would deafen this listener to it.
+			l.opts.Log.Error("pubsub: a replica announces a change channel that is not one", "replica", m.Replica, "channel", p.channel)
+			return
+		}
+		l.peers[m.Replica] = p
+		if l.opts.Peers != nil {
 			started := m.Started
 			if started.IsZero() {
 				started = time.Now()
 			}
+			if p.legacy {
+				l.opts.Peers.LegacyJoined(started)
+			}
 			l.opts.Peers.PeerJoined(started)
 		}
-		_, known := l.peers[m.Replica]
-		l.peers[m.Replica] = time.Now()
-		if !known {
-			l.publishPeers()
-			// Its changes from now on, and a catch-up on those it sent
-			// before the LISTEN is in effect (see Listener).
-			since := l.started
-			if m.Started.After(since) {
-				since = m.Started
+		if p.legacy {
+			l.legacy++
+		}
+		l.publishPeers()
+		// Its changes from now on, and a catch-up on those it sent before
+		// the LISTEN is in effect (see Listener). A legacy peer's channel
+		// may be listened on already, for another one: nothing was missed.
+		since := l.started
+		if m.Started.After(since) {
+			since = m.Started
+		}
+		if at, ok := l.dropped[m.Replica]; ok {
+			delete(l.dropped, m.Replica)
+			if at.After(since) {
+				since = at
 			}
-			if at, ok := l.dropped[m.Replica]; ok {
-				delete(l.dropped, m.Replica)
-				if at.After(since) {
-					since = at
-				}
-			}
-			l.queue(peerOp{channel: ChangeChannel(m.Replica), listen: true, since: since})
+		}
+		l.chanPeers[p.channel]++
+		if l.chanPeers[p.channel] == 1 {
+			l.queue(peerOp{channel: p.channel, listen: true, since: since})
 		}
 	}
 }
@@ -347,7 +398,8 @@ func (l *Listener) replicaMessage(ctx context.Context, payload string) {
 // dropPeer forgets a peer and stops listening to its changes; silent: it
 // was taken for gone, not heard saying goodbye.
 func (l *Listener) dropPeer(id string, silent bool) {
-	if _, ok := l.peers[id]; !ok {
+	p, ok := l.peers[id]
+	if !ok {
 		return
 	}
 	delete(l.peers, id)
@@ -363,7 +415,16 @@ func (l *Listener) dropPeer(id string, silent bool) {
 		}
 		l.dropped[id] = now
 	}
-	l.queue(peerOp{channel: ChangeChannel(id)})
+	if l.chanPeers[p.channel]--; l.chanPeers[p.channel] == 0 {
+		delete(l.chanPeers, p.channel)
+		l.queue(peerOp{channel: p.channel})
+	}
+	if p.legacy {
+		l.legacy--
+		if l.legacy == 0 && l.opts.Peers != nil {
+			l.opts.Peers.LegacyGone()
+		}
+	}
 	l.publishPeers()
 	if len(l.peers) == 0 && l.opts.Peers != nil {
 		l.opts.Peers.PeersGone()
@@ -533,7 +594,8 @@ func (l *Listener) Resyncs() int64 { return l.resyncs.Load() }
 func (l *Listener) CatchUps() int64 { return l.catchUps.Load() }
 
 // Changes is how many change notifications the listener took in (its
-// peers'; never this replica's own).
+// peers'; this replica's own only while it listens on Channel for a
+// legacy peer).
 func (l *Listener) Changes() int64 { return l.changes.Load() }
 
 func (l *Listener) markHealthy() { l.healthy.Store(time.Now().UnixNano()) }

@@ -23,7 +23,7 @@ const peer = "rpl_peer"
 func announce(t *testing.T, db *storage.DB, started time.Time) {
 	t.Helper()
 	if _, err := db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
-		`{"replica":"`+peer+`","state":"alive","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
+		`{"replica":"`+peer+`","state":"alive","channel":"`+pubsub.ChangeChannel(peer)+`","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -41,6 +41,11 @@ const (
 type replicaMessage struct {
 	Replica string `json:"replica"`
 	State   string `json:"state"`
+	// Channel (alive only) is the channel the replica sends its changes
+	// on. Replicas of the version before per-replica channels send no
+	// Channel (their decoding ignores it): they send their changes on, and
+	// LISTEN on, the shared Channel (see Listener, legacy peers).
+	Channel string `json:"channel,omitempty"`
 	// Started (alive only) is when the replica's notifier started.
 	Started time.Time `json:"started,omitzero"`
 	// Since (gap only) is the oldest change whose notification was dropped.
@@ -98,6 +103,12 @@ type NotifierOptions struct {
 // start, so the newcomer resyncs what its subscribers could have missed
 // (the ones it had before it was heard, or all along if it was wrongly
 // taken for dead).
+//
+// While its Listener hears a replica of the previous version (a legacy
+// peer, which sends and LISTENs on the shared Channel only: a rolling
+// deploy), it also sends each change on Channel (LegacyJoined,
+// LegacyGone). Without one, nothing is sent there and nothing is done
+// for it per change.
 type Notifier struct {
 	db      *sql.DB
 	replica string
@@ -119,6 +130,14 @@ type Notifier struct {
 	peers   bool
 	skipped time.Time
 	started time.Time
+	// legacy: a legacy peer is heard, and changes go on Channel too.
+	// ownOnly is when the last change that went on this replica's channel
+	// alone was made (zero when none did): a legacy peer heard later
+	// never got it. ownTold is the earliest gap sent for those changes
+	// (zero when none was).
+	legacy  bool
+	ownOnly time.Time
+	ownTold time.Time
 
 	stop    chan struct{}
 	done    chan struct{}
@@ -166,7 +185,7 @@ func NewNotifier(ctx context.Context, databaseURL string, opts NotifierOptions) 
 		stop:    make(chan struct{}),
 		done:    make(chan struct{}),
 	}
-	if err := n.send(ctx, nil, n.alive()); err != nil {
+	if err := n.send(ctx, nil, false, n.alive()); err != nil {
 		_ = db.Close()
 		return nil, fmt.Errorf("pubsub: notifier: %w", err)
 	}
@@ -301,6 +320,42 @@ func (n *Notifier) PeerJoined(started time.Time) {
 	n.poke()
 }
 
+// LegacyJoined tells n that a legacy peer, whose notifier started at
+// started, is heard (it is called for every one newly heard, before
+// PeerJoined): from now on n sends its changes on Channel too, where that
+// peer listens. If n sent changes on its own channel alone after that
+// peer started (a minute of margin for clocks apart), the replicas are
+// told to resync from the later of its start and n's: the legacy peer
+// missed them. (New replicas resync for nothing then; it happens only when
+// a change went out between hearing a new peer and hearing an old one.)
+func (n *Notifier) LegacyJoined(started time.Time) {
+	n.mu.Lock()
+	n.legacy = true
+	if !n.ownOnly.IsZero() && n.ownOnly.After(started.Add(-time.Minute)) {
+		since := started
+		if n.started.After(since) {
+			since = n.started
+		}
+		// Another legacy peer's gap covered this one's unless it began later.
+		if n.ownTold.IsZero() || since.Before(n.ownTold) {
+			n.ownTold = since
+			if n.gap.IsZero() || since.Before(n.gap) {
+				n.gap = since
+			}
+		}
+	}
+	n.mu.Unlock()
+	n.poke()
+}
+
+// LegacyGone tells n that no legacy peer is heard any more: it stops
+// sending on Channel.
+func (n *Notifier) LegacyGone() {
+	n.mu.Lock()
+	n.legacy = false
+	n.mu.Unlock()
+}
+
 // PeersGone tells n that no other replica is known to listen any more.
 func (n *Notifier) PeersGone() {
 	n.mu.Lock()
@@ -344,7 +399,7 @@ func (n *Notifier) Close(ctx context.Context) error {
 	var err error
 	if n.clean {
 		sctx, cancel := context.WithDeadline(context.Background(), deadline)
-		err = n.send(sctx, nil, n.control(replicaGone, time.Time{}))
+		err = n.send(sctx, nil, false, n.control(replicaGone, time.Time{}))
 		cancel()
 	} else {
 		err = errors.New("pubsub: notifier closed with notifications unsent; listeners will resync")
@@ -354,7 +409,7 @@ func (n *Notifier) Close(ctx context.Context) error {
 }
 
 func (n *Notifier) alive() [2]string {
-	b, _ := json.Marshal(replicaMessage{Replica: n.replica, State: replicaAlive, Started: n.started})
+	b, _ := json.Marshal(replicaMessage{Replica: n.replica, State: replicaAlive, Channel: n.changes, Started: n.started})
 	return [2]string{ReplicaChannel, string(b)}
 }
 
@@ -384,7 +439,7 @@ func (n *Notifier) run() {
 			}
 		}
 		heartbeat := due && !stopping
-		changes, signals, gap := n.take()
+		changes, signals, gap, legacy := n.take()
 		if stopping && len(changes) == 0 && len(signals) == 0 && gap.IsZero() {
 			n.clean = true
 			return
@@ -404,7 +459,7 @@ func (n *Notifier) run() {
 			extra = append(extra, n.alive())
 		}
 		ctx, cancel := n.sendContext(stopping)
-		err := n.send(ctx, changes, extra...)
+		err := n.send(ctx, changes, legacy, extra...)
 		cancel()
 		if err == nil {
 			if heartbeat {
@@ -446,8 +501,9 @@ func (n *Notifier) sendContext(stopping bool) (context.Context, context.CancelFu
 	return context.WithTimeout(context.Background(), 10*time.Second)
 }
 
-// take removes up to MaxBatch changes, the waiting signals and the gap.
-func (n *Notifier) take() ([]pending, []string, time.Time) {
+// take removes up to MaxBatch changes, the waiting signals and the gap,
+// and says whether the changes go on Channel too.
+func (n *Notifier) take() ([]pending, []string, time.Time, bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	k := min(len(n.queue), n.opts.MaxBatch)
@@ -465,7 +521,10 @@ func (n *Notifier) take() ([]pending, []string, time.Time) {
 	clear(n.signals)
 	gap := n.gap
 	n.gap = time.Time{}
-	return changes, signals, gap
+	if k > 0 && !n.legacy {
+		n.ownOnly, n.ownTold = changes[k-1].at, time.Time{}
+	}
+	return changes, signals, gap, n.legacy
 }
 
 // putBack returns an unsent batch to the front of the queue.
@@ -489,15 +548,19 @@ func (n *Notifier) putBack(changes []pending, signals []string, gap time.Time) {
 	}
 }
 
-// send issues one statement with the changes' notifications, then extra
-// (channel, payload) pairs. Payloads go as binary parameters: no quoting
-// or escaping on either side.
-func (n *Notifier) send(ctx context.Context, changes []pending, extra ...[2]string) error {
+// send issues one statement with the changes' notifications (each on
+// Channel too when legacy), then extra (channel, payload) pairs. Payloads
+// go as binary parameters: no quoting or escaping on either side.
+func (n *Notifier) send(ctx context.Context, changes []pending, legacy bool, extra ...[2]string) error {
 	args := make([]any, 0, len(changes)+len(extra))
 	chans := make([]string, 0, len(changes)+len(extra))
 	for _, c := range changes {
 		chans = append(chans, n.changes)
 		args = append(args, c.payload)
+		if legacy {
+			chans = append(chans, Channel)
+			args = append(args, c.payload)
+		}
 	}
 	for _, e := range extra {
 		chans = append(chans, e[0])

@@ -203,7 +203,7 @@ func TestSilentPeerIsUnlistenedAndCaughtUpOnReturn(t *testing.T) {
 			for {
 				last = time.Now()
 				if _, err := s.db.SQL.Exec("SELECT pg_notify($1, $2)", pubsub.ReplicaChannel,
-					`{"replica":"`+peer+`","state":"alive","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
+					`{"replica":"`+peer+`","state":"alive","channel":"`+pubsub.ChangeChannel(peer)+`","started":"`+started.UTC().Format(time.RFC3339Nano)+`"}`); err != nil {
 					t.Error(err)
 					return
 				}
