@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -26,15 +27,20 @@ import (
 // voucher's websocket subscriber" costs on this machine. Two floor
 // processes play the service's two replicas. The committing one answers
 // POST /api/v1/vouchers/{id}/negotiate-voucher: it decodes the body, runs
-// one statement that UPDATEs the voucher's row of Table (RETURNING its new
-// version; committed on its own, a durable commit waiting for its WAL
-// flush, as a transition's), writes the voucher's frame to its subscriber
-// if that subscriber is on this process, hands the change to its notifier
-// and answers with the commit's instant in Server-Timing (as the service
-// does). The notifier, one goroutine on one session with
-// synchronous_commit off, NOTIFYs Channel with the service's own
-// notification payload for every change waiting, in one statement (up to
-// 128), as the service's notifier (pubsub.Notifier) does and for its
+// Update, the service's own negotiate statement (captured from
+// PostgreSQL's log: one conditional UPDATE of the voucher's row RETURNING
+// it, committed on its own, a durable commit waiting for its WAL flush)
+// with the path's voucher, reads the new version from the row, writes the
+// voucher's frame to its subscriber if that subscriber is on this process,
+// hands the change to its notifier and answers with the commit's instant
+// in Server-Timing (as the service does). Running the very statement the
+// service runs, on its table, is what the read and redeem floors do: the
+// statement's cost (the row's width, its WAL, the table's pages) is the
+// data's, any implementation pays it, and the difference the bench
+// measures is the service's own. The notifier, one goroutine on one
+// session with synchronous_commit off, NOTIFYs Channel with the service's
+// own notification payload for every change waiting, in one statement (up
+// to 128), as the service's notifier (pubsub.Notifier) does and for its
 // reasons: a NOTIFY in the committing transaction holds a cluster-wide
 // lock through the commit's WAL flush, so notifying commits go one flush
 // at a time; and NOTIFYs sent from many sessions at once queue for that
@@ -47,8 +53,16 @@ import (
 // subscribers, which read both sides with the same code.
 type C2C struct {
 	Channel string `json:"channel"`
-	Table   string `json:"table"`
-	Listen  bool   `json:"listen,omitempty"`
+	// Table and Column name the rows the transitions change and the
+	// column that holds each one's version (the service's vouchers and
+	// version): a subscriber's first frame carries its row's current
+	// version, and Update's row its new one.
+	Table  string `json:"table"`
+	Column string `json:"column"`
+	// Update is the transition statement, run with the path's voucher as
+	// its IDParam (the committing replica only).
+	Update ReadQuery `json:"update"`
+	Listen bool      `json:"listen,omitempty"`
 	// Frame is a voucherUpdated message the service sent, with the
 	// voucher id and version it carried: each change is that frame with
 	// its own id and version in their places.
@@ -66,7 +80,7 @@ type c2cServer struct {
 	notifyDB *sql.DB
 	pending  chan string
 	tmpl     *frameTemplate
-	update   *sql.Stmt
+	update   func(ctx context.Context, args ...any) (*sql.Rows, error)
 	current  *sql.Stmt
 	// payload is the service's notification payload (POST /c2c/payload),
 	// sent with every NOTIFY; nil until the bench has captured one.
@@ -110,8 +124,7 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		}
 		return st, err
 	}
-	table := pq.QuoteIdentifier(cfg.Table)
-	if s.current, err = prep(`SELECT n FROM ` + table + ` WHERE id = $1`); err != nil {
+	if s.current, err = prep(`SELECT ` + pq.QuoteIdentifier(cfg.Column) + ` FROM ` + pq.QuoteIdentifier(cfg.Table) + ` WHERE id = $1`); err != nil {
 		cleanup()
 		return nil, err
 	}
@@ -131,9 +144,20 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		closers = append(closers, func() { _ = l.Close(); <-done })
 		return cleanup, nil
 	}
-	if s.update, err = prep(`UPDATE ` + table + ` SET n = n + 1 WHERE id = $1 RETURNING n`); err != nil {
+	if cfg.Update.SQL == "" || cfg.Update.IDParam < 0 || cfg.Update.IDParam >= len(cfg.Update.Params) {
 		cleanup()
-		return nil, err
+		return nil, errors.New("c2c floor: no transition statement with the voucher's parameter")
+	}
+	s.update = func(ctx context.Context, args ...any) (*sql.Rows, error) {
+		return db.QueryContext(ctx, cfg.Update.SQL, args...)
+	}
+	if cfg.Update.Prepared {
+		st, err := prep(cfg.Update.SQL)
+		if err != nil {
+			cleanup()
+			return nil, err
+		}
+		s.update = st.QueryContext
 	}
 	ndsn, err := asyncCommit(dsn)
 	if err != nil {
@@ -173,9 +197,8 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 	return cleanup, nil
 }
 
-// negotiate is the transition: decode, one UPDATE … RETURNING the
-// version (committed alone), hand it to the notifier, deliver in process,
-// answer.
+// negotiate is the transition: decode, the statement (committed alone),
+// its row's version, hand it to the notifier, deliver in process, answer.
 func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 	var body map[string]any
 	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
@@ -189,8 +212,8 @@ func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 	}
 	id := r.PathValue("id")
 	ctx := r.Context()
-	var version int64
-	if err := s.update.QueryRowContext(ctx, id).Scan(&version); err != nil {
+	version, err := s.transition(ctx, id)
+	if err != nil {
 		http.Error(w, err.Error(), http.StatusNotFound)
 		return
 	}
@@ -200,6 +223,48 @@ func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Server-Timing", `commit;desc="`+strconv.FormatInt(committed.UnixNano(), 10)+`"`)
 	fmt.Fprintf(w, `{"id":%q,"version":%d}`, id, version)
+}
+
+// transition runs the statement on voucher id and returns the version
+// its row comes back with (an error when no row does).
+func (s *c2cServer) transition(ctx context.Context, id string) (int64, error) {
+	q := s.cfg.Update
+	args := make([]any, len(q.Params))
+	for i, p := range q.Params {
+		if p != nil {
+			args[i] = *p
+		}
+	}
+	args[q.IDParam] = id
+	rows, err := s.update(ctx, args...)
+	if err != nil {
+		return 0, err
+	}
+	defer rows.Close()
+	cols, err := rows.Columns()
+	if err != nil {
+		return 0, err
+	}
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("voucher %s: no row changed", id)
+	}
+	vals := make([]sql.RawBytes, len(cols))
+	ptrs := make([]any, len(cols))
+	for i := range vals {
+		ptrs[i] = &vals[i]
+	}
+	if err := rows.Scan(ptrs...); err != nil {
+		return 0, err
+	}
+	for i, c := range cols {
+		if c == s.cfg.Column {
+			return strconv.ParseInt(string(vals[i]), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("the statement returns no %s column", s.cfg.Column)
 }
 
 // notifier sends every waiting change, up to 128 in one statement

@@ -55,9 +55,14 @@ type c2cFloor struct {
 
 const (
 	// c2cFloorID is the floor's result; c2cSlice how long each side runs
-	// in its turn.
+	// in its turn. Turns are short so that whatever the machine does for
+	// longer than a turn (a disk flush stalling for 50-600 ms, another
+	// tenant's burst) falls on every side rather than on one: in 2-s
+	// turns (6 a side) the same binary's same-replica ratio ranged 1.86 to
+	// 4.59 over three runs, in 250-ms turns (48 a side) 1.61 to 2.02
+	// (docs/performance.md, "Issue 25, sixth pass").
 	c2cFloorID      = "ref-c2c-floor"
-	c2cSlice        = 2 * time.Second
+	c2cSlice        = 250 * time.Millisecond
 	c2cFloorChannel = "voucherbench_c2c_floor"
 )
 

@@ -2,7 +2,6 @@ package harness
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"os"
@@ -10,8 +9,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/lib/pq"
 
 	"github.com/voucherd/voucherd/bench/floor"
 	"github.com/voucherd/voucherd/bench/stats"
@@ -214,43 +211,33 @@ func (s *c2cSide) close() {
 	s.writers.Close()
 }
 
-// c2cHTTPTable is the HTTP floor's table: one row per voucher, its
-// version.
-const c2cHTTPTable = "voucherbench_c2c_http"
-
 // c2cHTTPFloor is the commit→subscriber floor with the HTTP hop
 // (floor.C2C): two `voucherbench floor` processes on the run's database,
 // the committing replica and the listening one, with their subscribers.
 type c2cHTTPFloor struct {
 	commit, other *Process
 	side          *c2cSide
-	db            *sql.DB
 	payloadSent   bool
 }
 
-// startC2CHTTPFloor creates the floor's rows (one per voucher, version 0),
-// starts its two replicas with the service's frame (captured by the
-// service's side) and opens its subscribers.
-func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []string, frame []byte, frameID string, frameVer int) (_ *c2cHTTPFloor, err error) {
+// startC2CHTTPFloor starts the floor's two replicas, the committing one
+// running update (the service's negotiate statement) on ids (its own
+// vouchers in the service's table) and both writing the service's frame
+// (captured by the service's side), and opens their subscribers.
+func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []string, update floor.ReadQuery, frame []byte, frameID string, frameVer int) (_ *c2cHTTPFloor, err error) {
 	f := &c2cHTTPFloor{}
 	defer func() {
 		if err != nil {
 			f.close()
 		}
 	}()
-	if f.db, err = sql.Open("postgres", h.dsn); err != nil {
-		return nil, err
-	}
-	if err = c2cHTTPRows(ctx, f.db, ids); err != nil {
-		return nil, err
-	}
 	start := func(name string, listen bool) (*Process, error) {
 		addr, err := FreeAddr()
 		if err != nil {
 			return nil, err
 		}
-		cfg := floor.Config{Addr: addr, DSN: h.dsn, MaxConns: 32, C2C: &floor.C2C{Channel: c2cHTTPFloorChannel, Table: c2cHTTPTable, Listen: listen,
-			Frame: string(frame), FrameID: frameID, FrameVersion: int64(frameVer)}}
+		cfg := floor.Config{Addr: addr, DSN: h.dsn, MaxConns: 32, C2C: &floor.C2C{Channel: c2cHTTPFloorChannel, Table: "vouchers", Column: "version",
+			Update: update, Listen: listen, Frame: string(frame), FrameID: frameID, FrameVersion: int64(frameVer)}}
 		path := filepath.Join(h.cfg.OutDir, name+".json")
 		if err := os.WriteFile(path, mustJSON(cfg), 0o600); err != nil {
 			return nil, err
@@ -267,18 +254,6 @@ func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []str
 		return nil, fmt.Errorf("c2c HTTP floor subscribers: %w", err)
 	}
 	return f, nil
-}
-
-// c2cHTTPRows (re)creates the HTTP floor's table with one row per voucher
-// at version 0.
-func c2cHTTPRows(ctx context.Context, db *sql.DB, ids []string) error {
-	if _, err := db.ExecContext(ctx, `DROP TABLE IF EXISTS `+c2cHTTPTable+`; CREATE TABLE `+c2cHTTPTable+` (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0)`); err != nil {
-		return fmt.Errorf("c2c HTTP floor table: %w", err)
-	}
-	if _, err := db.ExecContext(ctx, `INSERT INTO `+c2cHTTPTable+` (id) SELECT unnest($1::text[])`, pq.Array(ids)); err != nil {
-		return fmt.Errorf("c2c HTTP floor rows: %w", err)
-	}
-	return nil
 }
 
 // c2cHTTPFloorChannel is the HTTP floor's NOTIFY channel.
@@ -307,9 +282,5 @@ func (f *c2cHTTPFloor) close() {
 		if p != nil {
 			p.Stop()
 		}
-	}
-	if f.db != nil {
-		_, _ = f.db.Exec(`DROP TABLE IF EXISTS ` + c2cHTTPTable)
-		_ = f.db.Close()
 	}
 }

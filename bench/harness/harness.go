@@ -49,7 +49,9 @@ type Config struct {
 	// commit→subscriber phase runs in all (in c2cSlice turns): its p99s
 	// are the targets' ratios, and a tail of 1 % needs enough changes to
 	// be more than a few bursts (0: Duration).
-	C2CDuration  time.Duration
+	C2CDuration time.Duration
+	// C2CSlice is the length of each turn (0: c2cSlice).
+	C2CSlice     time.Duration
 	FanoutSubs   int
 	FanoutEvents int
 	WebhookRate  float64

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/voucherd/voucherd/bench/floor"
 	"github.com/voucherd/voucherd/bench/pgref"
 	"github.com/voucherd/voucherd/bench/proc"
 	"github.com/voucherd/voucherd/bench/report"
@@ -233,6 +235,48 @@ type c2cTarget struct {
 	// noFloor leaves out the NOTIFY floor (c2cFloor) on two replicas: the
 	// scaling group's pairs, whose floor the subscriptions group measures.
 	noFloor bool
+	// floorIDs are the HTTP floor's own vouchers (REDEEMED, the service's
+	// payer, on the same table) and floorUpdate the service's negotiate
+	// statement it runs on them (captureNegotiate); without them the HTTP
+	// floor does not run.
+	floorIDs    []string
+	floorUpdate *floor.ReadQuery
+}
+
+// captureNegotiate negotiates voucher id (REDEEMED) through the service
+// with statement logging on and returns the statement the service ran: one
+// conditional UPDATE … RETURNING the row, the voucher's id one of its
+// parameters. The HTTP floor of the commit→subscriber phase runs it on its
+// own vouchers, as the redeem floor runs the captured redeem.
+func (s *pgScenarios) captureNegotiate(ctx context.Context, id string) (*floor.ReadQuery, error) {
+	conn, err := s.h.adm.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	stmts, err := pgref.Capture(ctx, conn, func() error {
+		return s.api.Negotiate(ctx, s.payer.Token, id)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("capture negotiate: %w", err)
+	}
+	tx, err := pgref.Transition(stmts, id)
+	if err != nil {
+		return nil, fmt.Errorf("capture negotiate: %w", err)
+	}
+	if len(tx) != 1 || !strings.HasPrefix(strings.ToUpper(strings.TrimSpace(tx[0].SQL)), "UPDATE") {
+		return nil, fmt.Errorf("capture negotiate: the service ran %d statements, not one UPDATE", len(tx))
+	}
+	q := &floor.ReadQuery{SQL: tx[0].SQL, Params: tx[0].Params, Prepared: tx[0].Prepared, IDParam: -1}
+	for i, p := range q.Params {
+		if p != nil && *p == id {
+			q.IDParam = i
+		}
+	}
+	if q.IDParam < 0 {
+		return nil, fmt.Errorf("capture negotiate: the voucher is not a parameter of %.200s", q.SQL)
+	}
+	return q, nil
 }
 
 // commitToClient (PostgreSQL): one subscriber per voucher (the payer
@@ -253,17 +297,24 @@ func (s *pgScenarios) commitToClient(ctx context.Context) {
 		return
 	}
 	err := guard(func() error {
+		// k vouchers for the service and k for the HTTP floor, which
+		// negotiates its own on the same table.
 		k := int(h.cfg.C2CRate)
-		run, err := s.seed(ctx, s.clone, 1, k)
+		run, err := s.seed(ctx, s.clone, 1, 2*k)
 		if err != nil {
 			return err
 		}
-		ids := make([]string, k)
-		for i := range ids {
-			ids[i] = pgref.SeedID(run, 0, i+1)
+		all := make([]string, 2*k)
+		for i := range all {
+			all[i] = pgref.SeedID(run, 0, i+1)
 		}
-		if err := s.redeemAll(ctx, s.payee, ids); err != nil {
+		if err := s.redeemAll(ctx, s.payee, all); err != nil {
 			return fmt.Errorf("setup redeem: %w", err)
+		}
+		ids, floorIDs := all[:k], all[k:]
+		update, err := s.captureNegotiate(ctx, floorIDs[0])
+		if err != nil {
+			return err
 		}
 		replica, _, err := h.startService(h.dsn)
 		if err != nil {
@@ -271,7 +322,8 @@ func (s *pgScenarios) commitToClient(ctx context.Context) {
 		}
 		defer replica.Stop()
 		return h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: s.svc, api: s.api, pprof: s.pprof,
-			payer: s.payer.Token, ids: ids, replica: replica, rid: rid, rname: rname, flushDir: h.pg.Dir()})
+			payer: s.payer.Token, ids: ids, replica: replica, rid: rid, rname: rname, flushDir: h.pg.Dir(),
+			floorIDs: floorIDs, floorUpdate: update})
 	})
 	if err != nil {
 		h.notRun(id, "subscriptions", name, "failed: "+err.Error())
@@ -365,8 +417,11 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		frame, fid, fver := svc.frame, svc.frameID, svc.frameVer
 		svc.mu.Unlock()
 		hfErr = guard(func() error {
+			if t.floorUpdate == nil || len(t.floorIDs) != len(t.ids) {
+				return errors.New("no negotiate statement captured for it")
+			}
 			var err error
-			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.ids, frame, fid, fver)
+			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.floorIDs, *t.floorUpdate, frame, fid, fver)
 			return err
 		})
 		if hf != nil {
@@ -392,6 +447,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	slice, total := h.cfg.Duration, h.cfg.Duration
 	if fl != nil {
 		slice = c2cSlice
+		if h.cfg.C2CSlice > 0 {
+			slice = h.cfg.C2CSlice
+		}
 		if h.cfg.C2CDuration > 0 {
 			total = h.cfg.C2CDuration
 		}
@@ -402,9 +460,16 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		floorSlices  int
 		floorSkipped int
 		httpSlices   int
+		// What each side's measured turns cost: its two processes' CPU
+		// and the machine's, per transition (turnCost).
+		svcCost, httpCost turnCost
 	)
+	svcPids := []int{t.svc.Pid()}
+	if t.replica != nil {
+		svcPids = append(svcPids, t.replica.Pid())
+	}
 	for svc.elapsed < total-slice/2 && ctx.Err() == nil {
-		svc.slice(ctx, h.cfg.C2CRate, slice, false)
+		svcCost.measure(svcPids, &svc.n, func() { svc.slice(ctx, h.cfg.C2CRate, slice, false) })
 		if fl == nil {
 			continue
 		}
@@ -422,7 +487,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				}
 			}
 			if hfErr == nil {
-				hf.side.slice(ctx, h.cfg.C2CRate, slice, false)
+				httpCost.measure([]int{hf.commit.Pid(), hf.other.Pid()}, &hf.side.n, func() { hf.side.slice(ctx, h.cfg.C2CRate, slice, false) })
 				httpSlices++
 			}
 		}
@@ -478,6 +543,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			}
 		}
 		res.Figures = append(res.Figures, report.Figure{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"})
+		if fl != nil {
+			res.Figures = append(res.Figures, svcCost.figures()...)
+		}
 		res.Figures = append(res.Figures, selfFigures...)
 		res.Figures = append(res.Figures, diskFigures...)
 		h.add(res)
@@ -531,10 +599,66 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			}
 			res.Group = "subscriptions"
 			res.Figures = append(res.Figures, report.Figure{Name: "slices (taking turns with the service)", Value: float64(httpSlices), Unit: ""})
+			res.Figures = append(res.Figures, httpCost.figures()...)
 			h.add(res)
 		}
 	}
 	return nil
+}
+
+// turnCost adds up what one side's measured turns of the
+// commit→subscriber phase cost: the CPU its server processes used (both
+// replicas), the machine's busy and total CPU time, and the transitions
+// sent. The two sides do the same transitions at the same rate, so the
+// difference in what they cost the machine is what their tails are
+// measured under.
+type turnCost struct {
+	cpu         time.Duration
+	busy, total uint64
+	n           int
+}
+
+// measure runs one turn, adding the CPU pids used during it, the
+// machine's, and how much *sent grew.
+func (c *turnCost) measure(pids []int, sent *int, turn func()) {
+	cpu := func() (time.Duration, bool) {
+		var sum time.Duration
+		for _, pid := range pids {
+			d, err := proc.CPU(pid)
+			if err != nil {
+				return 0, false
+			}
+			sum += d
+		}
+		return sum, true
+	}
+	c0, ok0 := cpu()
+	b0, t0, err0 := proc.MachineCPU()
+	n0 := *sent
+	turn()
+	c1, ok1 := cpu()
+	b1, t1, err1 := proc.MachineCPU()
+	c.n += *sent - n0
+	if ok0 && ok1 {
+		c.cpu += c1 - c0
+	}
+	if err0 == nil && err1 == nil && t1 >= t0 {
+		c.busy += b1 - b0
+		c.total += t1 - t0
+	}
+}
+
+// figures are the side's per-transition server CPU and how busy the
+// machine was during its turns.
+func (c *turnCost) figures() []report.Figure {
+	var out []report.Figure
+	if c.n > 0 {
+		out = append(out, report.Figure{Name: "server CPU per transition (both replicas, during its turns)", Value: float64(c.cpu) / float64(c.n) / float64(time.Millisecond), Unit: "ms"})
+	}
+	if c.total > 0 {
+		out = append(out, report.Figure{Name: "machine CPU busy during its turns (both CPUs)", Value: 100 * float64(c.busy) / float64(c.total), Unit: "%"})
+	}
+	return out
 }
 
 // The HTTP floor's results (c2cHTTPFloor): the same replica's path and the
