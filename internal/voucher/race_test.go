@@ -110,6 +110,29 @@ func TestConcurrentTransitions(t *testing.T) {
 			}
 		})
 
+		t.Run("resolve racing negotiations", func(t *testing.T) {
+			// Every negotiation bumps the version a resolve's write is
+			// guarded by; however many land between its read and its
+			// write, the resolve goes through (or says why not), never
+			// "kept changing".
+			v := f.redeemed(p, "1")
+			resolved := false
+			got := race(racers, func(i int) error {
+				if i == racers/2 {
+					_, err := f.svc.Resolve(as(p.payer), v.ID, receipts(v.ExpectedPayment.ID))
+					resolved = err == nil
+					return err
+				}
+				_, err := f.svc.Negotiate(as(p.payer), v.ID, supplied("ethereum", "ETH", nativeEVM))
+				return err
+			})
+			row, _ := db.Voucher.Get(context.Background(), v.ID)
+			if !resolved || row.Status != entvoucher.StatusRESOLVED || got[apperr.Internal] != 0 ||
+				got[""]+got[apperr.AlreadyResolved] != racers {
+				t.Fatalf("outcomes %v, resolve went through: %v, final %s", got, resolved, row.Status)
+			}
+		})
+
 		t.Run("redeem racing discard", func(t *testing.T) {
 			v := f.reserve(p)
 			got := race(racers, func(i int) error {

@@ -13,8 +13,8 @@ import (
 
 // maxAttempts bounds how often a read-then-write transition re-reads a
 // voucher that changed between its read and its write (a concurrent
-// negotiate, say). A change that is not a state change is rare, so three
-// tries only fail under a pathological storm of them.
+// negotiate, say). The last try holds the row's lock from its read to its
+// write, so it cannot lose that race.
 const maxAttempts = 3
 
 var (
@@ -111,7 +111,11 @@ func (s *Service) apply(ctx context.Context, p *auth.Principal, id string, t *tr
 			return nil, err
 		}
 		var next *ent.Voucher
-		if cur.BusinessID != nil || (t.inTx != nil && t.inTx(cur)) {
+		// The last try locks the row (applyInTx) rather than hoping it
+		// holds still: a voucher that changed under every guarded write
+		// (a stream of negotiations ahead of a resolve) is then changed
+		// once the change ahead commits, or refused for what it became.
+		if cur.BusinessID != nil || (t.inTx != nil && t.inTx(cur)) || attempt == maxAttempts-1 {
 			next, err = s.applyInTx(ctx, p, id, t)
 		} else {
 			next, err = s.applyGuarded(ctx, s.db.Prepared, p, id, t, cur, now)
