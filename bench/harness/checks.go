@@ -85,10 +85,27 @@ func checks(r *report.Run) []report.Check {
 		}
 	}
 
-	if x, why := get("read-rest-unloaded"); x == nil {
-		out = append(out, notRun("REST GET p50 <= 0.3 ms unloaded", "GET p50", "0.3 ms", 1, false, why))
-	} else {
-		out = append(out, report.NewCheck("REST GET p50 <= 0.3 ms unloaded", "GET p50", ms(x.Latency.P50), "ms", "target 0.3 ms", 0.3, 1, false))
+	// The unloaded GET's bound is the bare handler's p50, measured in the
+	// same phase in turns with it (ref-read-floor-unloaded: net/http and
+	// the same primary-key read). It was an absolute 0.3 ms, set when that
+	// floor's p50 was 0.254 ms (1.18 x); on 2026-11-27 the floor itself
+	// took 0.281 and 0.322 ms in two runs, so the machine, not the service,
+	// decided the absolute line (docs/performance.md, "Issue 25, sixth
+	// pass"). The absolute 0.3 ms is reported beside it.
+	{
+		const target = "REST GET p50 unloaded <= 1.2 x bare handler"
+		x, why1 := get("read-rest-unloaded")
+		fl, why2 := get("ref-read-floor-unloaded")
+		if x == nil || fl == nil {
+			out = append(out, notRun(target, "GET p50", "bare handler p50", 1.2, false, first(why1, why2)))
+		} else {
+			out = append(out, report.NewCheck(target, "GET p50", ms(x.Latency.P50), "ms", "bare handler p50", ms(fl.Latency.P50), 1.2, false))
+		}
+		if x == nil {
+			out = append(out, report.Check{Target: "REST GET p50 unloaded, 0.3 ms", Figure: "GET p50", Info: true, NotRun: why1})
+		} else {
+			out = append(out, report.NewInfo("REST GET p50 unloaded, 0.3 ms", "GET p50", ms(x.Latency.P50), "ms", "0.3 ms", 0.3))
+		}
 	}
 
 	var readLoaded []string
