@@ -619,6 +619,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 // measured under.
 type turnCost struct {
 	cpu         time.Duration
+	each        []time.Duration // per process, in the order measure got them
+	self        time.Duration   // the bench process's own (load generator, subscribers)
+	pg          time.Duration   // PostgreSQL's processes
 	busy, total uint64
 	n           int
 }
@@ -626,26 +629,42 @@ type turnCost struct {
 // measure runs one turn, adding the CPU pids used during it, the
 // machine's, and how much *sent grew.
 func (c *turnCost) measure(pids []int, sent *int, turn func()) {
-	cpu := func() (time.Duration, bool) {
-		var sum time.Duration
-		for _, pid := range pids {
+	cpu := func() ([]time.Duration, bool) {
+		out := make([]time.Duration, len(pids))
+		for i, pid := range pids {
 			d, err := proc.CPU(pid)
 			if err != nil {
-				return 0, false
+				return nil, false
 			}
-			sum += d
+			out[i] = d
 		}
-		return sum, true
+		return out, true
 	}
 	c0, ok0 := cpu()
+	s0, errS0 := proc.CPU(os.Getpid())
+	p0, errP0 := proc.CommandCPU("postgres")
 	b0, t0, err0 := proc.MachineCPU()
 	n0 := *sent
 	turn()
 	c1, ok1 := cpu()
+	s1, errS1 := proc.CPU(os.Getpid())
+	p1, errP1 := proc.CommandCPU("postgres")
 	b1, t1, err1 := proc.MachineCPU()
 	c.n += *sent - n0
+	if errS0 == nil && errS1 == nil {
+		c.self += s1 - s0
+	}
+	if errP0 == nil && errP1 == nil && p1 >= p0 {
+		c.pg += p1 - p0
+	}
 	if ok0 && ok1 {
-		c.cpu += c1 - c0
+		if len(c.each) < len(pids) {
+			c.each = append(c.each, make([]time.Duration, len(pids)-len(c.each))...)
+		}
+		for i := range pids {
+			c.cpu += c1[i] - c0[i]
+			c.each[i] += c1[i] - c0[i]
+		}
 	}
 	if err0 == nil && err1 == nil && t1 >= t0 {
 		c.busy += b1 - b0
@@ -658,7 +677,19 @@ func (c *turnCost) measure(pids []int, sent *int, turn func()) {
 func (c *turnCost) figures() []report.Figure {
 	var out []report.Figure
 	if c.n > 0 {
-		out = append(out, report.Figure{Name: "server CPU per transition (both replicas, during its turns)", Value: float64(c.cpu) / float64(c.n) / float64(time.Millisecond), Unit: "ms"})
+		per := func(d time.Duration) float64 { return float64(d) / float64(c.n) / float64(time.Millisecond) }
+		out = append(out, report.Figure{Name: "server CPU per transition (both replicas, during its turns)", Value: per(c.cpu), Unit: "ms"})
+		if len(c.each) == 2 {
+			out = append(out,
+				report.Figure{Name: "of which the committing replica's", Value: per(c.each[0]), Unit: "ms"},
+				report.Figure{Name: "of which the other replica's", Value: per(c.each[1]), Unit: "ms"})
+		}
+		out = append(out, report.Figure{Name: "bench process CPU per transition (load generator and subscribers, during its turns)", Value: per(c.self), Unit: "ms"},
+			report.Figure{Name: "PostgreSQL CPU per transition (all its processes, during its turns)", Value: per(c.pg), Unit: "ms"})
+		if c.total > 0 {
+			// /proc/stat counts in clock ticks (USER_HZ, 100 a second).
+			out = append(out, report.Figure{Name: "machine CPU per transition (every process, during its turns)", Value: per(time.Duration(c.busy) * 10 * time.Millisecond), Unit: "ms"})
+		}
 	}
 	if c.total > 0 {
 		out = append(out, report.Figure{Name: "machine CPU busy during its turns (both CPUs)", Value: 100 * float64(c.busy) / float64(c.total), Unit: "%"})

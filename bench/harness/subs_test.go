@@ -1,8 +1,10 @@
 package harness
 
 import (
+	"math"
 	"runtime/debug"
 	"testing"
+	"time"
 )
 
 func TestVoucherUpdateReadsWhatTheDecoderReads(t *testing.T) {
@@ -71,5 +73,34 @@ func TestQuietGCAndSelfGC(t *testing.T) {
 	}
 	if v := got["bench process: garbage collections during the phase"]; v != 0 {
 		t.Fatalf("%v collections with the collector off", v)
+	}
+}
+
+// A side's turn costs are per transition: both replicas' CPU and each
+// one's, the bench's own, PostgreSQL's, and the machine's (its ticks are
+// hundredths of a second).
+func TestTurnCostFigures(t *testing.T) {
+	c := turnCost{cpu: 600 * time.Millisecond, each: []time.Duration{450 * time.Millisecond, 150 * time.Millisecond},
+		self: 200 * time.Millisecond, pg: 500 * time.Millisecond, busy: 130, total: 200, n: 1000}
+	got := map[string]float64{}
+	for _, f := range c.figures() {
+		got[f.Name] = f.Value
+	}
+	want := map[string]float64{
+		"server CPU per transition (both replicas, during its turns)":                         0.6,
+		"of which the committing replica's":                                                   0.45,
+		"of which the other replica's":                                                        0.15,
+		"bench process CPU per transition (load generator and subscribers, during its turns)": 0.2,
+		"PostgreSQL CPU per transition (all its processes, during its turns)":                 0.5,
+		"machine CPU per transition (every process, during its turns)":                        1.3,
+		"machine CPU busy during its turns (both CPUs)":                                       65,
+	}
+	for name, w := range want {
+		if g, ok := got[name]; !ok || math.Abs(g-w) > 1e-9 {
+			t.Errorf("%s = %v (present %v), want %v", name, g, ok, w)
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("figures %v, want exactly %v", got, want)
 	}
 }

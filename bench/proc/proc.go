@@ -56,6 +56,41 @@ func CPU(pid int) (time.Duration, error) {
 	return parseStatCPU(string(b))
 }
 
+// CommandCPU is the CPU time (user and system) used so far by every live
+// process whose command name (/proc/<pid>/comm, as in field 2 of its stat)
+// is comm: PostgreSQL's postmaster and backends are all "postgres". A
+// process that ended between two calls takes its time with it, so a
+// difference of two calls is exact only while the set of processes holds
+// (a database's backends do for a run's phases).
+func CommandCPU(comm string) (time.Duration, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, err
+	}
+	var sum time.Duration
+	for _, e := range ents {
+		name := e.Name()
+		if name == "" || name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + name + "/stat")
+		if err != nil {
+			continue // it ended
+		}
+		st := string(b)
+		open, end := strings.IndexByte(st, '('), strings.LastIndexByte(st, ')')
+		if open < 0 || end < open || st[open+1:end] != comm {
+			continue
+		}
+		d, err := parseStatCPU(st)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 // parseStatCPU reads utime and stime (fields 14 and 15) from a
 // /proc/<pid>/stat line. The command name (field 2) may contain spaces and
 // parentheses, so fields are counted from its closing parenthesis.

@@ -2,6 +2,7 @@ package proc
 
 import (
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -86,5 +87,38 @@ func TestParseMachineCPU(t *testing.T) {
 	}
 	if _, _, err := parseMachineCPU("intr 1 2 3\n"); err == nil {
 		t.Fatal("accepted a line that is not the cpu summary")
+	}
+}
+
+// CommandCPU adds up the processes of one command name: this test
+// binary's own time is in its sum, and a name no process has sums to zero.
+func TestCommandCPU(t *testing.T) {
+	comm, err := os.ReadFile("/proc/self/comm")
+	if err != nil {
+		t.Fatal(err)
+	}
+	name := strings.TrimSpace(string(comm))
+	x := 0
+	for {
+		own, err := CPU(os.Getpid())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if own > 0 {
+			all, err := CommandCPU(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if all < own {
+				t.Fatalf("CommandCPU(%q) = %v, less than this process's own %v", name, all, own)
+			}
+			break
+		}
+		for i := 0; i < 1_000_000; i++ {
+			x++
+		}
+	}
+	if d, err := CommandCPU("no-such-command-" + strconv.Itoa(x)); err != nil || d != 0 {
+		t.Fatalf("CommandCPU of a name nobody has = %v, %v", d, err)
 	}
 }
