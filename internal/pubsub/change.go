@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/jsonx"
 )
 
 // Channel names voucher changes among the cross-replica channels. On
@@ -72,7 +73,7 @@ const MaxRowPayload = 7900
 // EncodeNotification is c's payload, with row when it fits.
 func EncodeNotification(c VoucherChange, row []byte) ([]byte, error) {
 	c.Row, c.Voucher = nil, nil
-	keys, err := json.Marshal(c)
+	keys, err := jsonx.Marshal(c)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/internal/jsonx"
 )
 
 // Kind is what a subscription follows.
@@ -930,7 +931,7 @@ func (h *Hub) stateOf(c VoucherChange) *ent.Voucher {
 // names and values) into a voucher, as a scan of the same row would.
 func DecodeRow(row []byte) (*ent.Voucher, error) {
 	var v ent.Voucher
-	if err := json.Unmarshal(row, &v); err != nil {
+	if err := jsonx.Unmarshal(row, &v); err != nil {
 		return nil, err
 	}
 	v.CreatedAt, v.UpdatedAt, v.ExpiresAt = v.CreatedAt.UTC(), v.UpdatedAt.UTC(), v.ExpiresAt.UTC()

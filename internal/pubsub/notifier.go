@@ -17,6 +17,7 @@ import (
 
 	"github.com/lib/pq"
 
+	"github.com/voucherd/voucherd/internal/jsonx"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -224,7 +225,7 @@ func (n *Notifier) Publish(c VoucherChange) {
 	}
 	row := []byte(nil)
 	if c.Voucher != nil {
-		if b, err := json.Marshal(c.Voucher); err == nil {
+		if b, err := jsonx.Marshal(c.Voucher); err == nil {
 			row = b // else keys only: replicas load it
 		}
 	}

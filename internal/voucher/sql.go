@@ -12,6 +12,7 @@ import (
 
 	"github.com/voucherd/voucherd/ent"
 	entvoucher "github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/jsonx"
 	"github.com/voucherd/voucherd/internal/payment"
 	"github.com/voucherd/voucherd/internal/storage"
 )
@@ -222,7 +223,7 @@ func unmarshalCol(src []byte, dst any) error {
 	if len(src) == 0 || string(src) == "null" {
 		return nil
 	}
-	if err := json.Unmarshal(src, dst); err != nil {
+	if err := jsonx.Unmarshal(src, dst); err != nil {
 		return fmt.Errorf("voucher: decode stored JSON: %w", err)
 	}
 	return nil
@@ -290,7 +291,7 @@ func jsonArg(dialect string, v any) (any, error) {
 			return nil, nil
 		}
 	}
-	b, err := json.Marshal(v)
+	b, err := jsonx.Marshal(v)
 	if err != nil {
 		return nil, fmt.Errorf("voucher: encode JSON column: %w", err)
 	}

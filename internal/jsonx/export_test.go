@@ -1,0 +1,4 @@
+package jsonx
+
+// Exact is exact, for the tests.
+var Exact = exact
