@@ -119,6 +119,9 @@ func TestUnmarshalIsEncodingJSON(t *testing.T) {
 		[]byte(`{"id":"vch_1","unknown":{"deep":[1,2,{"x":null}]},"version":3,"payee_info":null,"extras":null,"type":null}`),
 		[]byte(`{"id":"\u0076ch_\ud83d\ude00","expected_payment":{"amount":"1.50","wallet":{"address":"0x\u003c"}},"receipts":[]}`),
 		[]byte(`{"ID":"case-insensitive","Version":4,"STATUS":"REDEEMED"}`),
+		// PostgreSQL's row_to_json, as a voucher statement's pg_notify sent it.
+		[]byte(`{"id":"vch_2","created_at":"2026-11-21T20:59:15.500218+01:00","updated_at":"2026-11-21T20:59:16+01:00","expires_at":"2026-11-21T21:59:15.5-05:30",` +
+			`"business_id":null,"payee_info":{"a":[1,2.50,"x"]},"networks":[{"network":"solana","type":"SOLANA","chainId":""}],"version":12}`),
 	}
 	for _, x := range append(awkward, randomText(r), randomText(r), randomText(r)) {
 		b, err := json.Marshal(fullVoucher(func(string) string { return x }))
