@@ -12,8 +12,9 @@
 // seventh pass").
 //
 // It predates the omitzero option (Go 1.24), which it would ignore: a type
-// that uses it anywhere (the REST views do) is handed to encoding/json
-// instead, decided once per type. Request bodies are not decoded here:
+// that uses it anywhere (the REST views do), or holds an interface value
+// whose dynamic type might, is handed to encoding/json instead, decided
+// once per type. Request bodies are not decoded here:
 // httpx checks and decodes them with encoding/json, whose errors the API's
 // validation answers are made of. The tests hold the output to
 // encoding/json's own bytes for the types the service sends this way.
@@ -48,7 +49,8 @@ func Unmarshal(data []byte, v any) error {
 var exacts sync.Map // reflect.Type → bool
 
 // exact says whether the fast codec writes and reads t as encoding/json
-// does: no struct reachable from t has a field tagged omitzero.
+// does: no struct reachable from t has a field tagged omitzero, and no
+// value in it is an interface (whose dynamic type could have one).
 func exact(t reflect.Type) bool {
 	if t == nil {
 		return true
@@ -61,12 +63,16 @@ func exact(t reflect.Type) bool {
 	return ok
 }
 
+// usesOmitZero says whether t, or a type it holds, has a field tagged
+// omitzero or an interface value.
 func usesOmitZero(t reflect.Type, seen map[reflect.Type]bool) bool {
 	if seen[t] {
 		return false
 	}
 	seen[t] = true
 	switch t.Kind() {
+	case reflect.Interface:
+		return true // not known until run time: encoding/json's business
 	case reflect.Pointer, reflect.Slice, reflect.Array:
 		return usesOmitZero(t.Elem(), seen)
 	case reflect.Map:
@@ -74,7 +80,11 @@ func usesOmitZero(t reflect.Type, seen map[reflect.Type]bool) bool {
 	case reflect.Struct:
 		for i := range t.NumField() {
 			f := t.Field(i)
-			if tag, ok := f.Tag.Lookup("json"); ok && tag != "-" {
+			tag, tagged := f.Tag.Lookup("json")
+			if tag == "-" || (!f.IsExported() && !f.Anonymous) {
+				continue // neither codec reads or writes it
+			}
+			if tagged {
 				_, opts, _ := strings.Cut(tag, ",")
 				for _, o := range strings.Split(opts, ",") {
 					if o == "omitzero" {

@@ -161,7 +161,12 @@ func TestFastCodecOnlyWhereExact(t *testing.T) {
 		fast bool
 	}{
 		{&ent.Voucher{}, true}, {ent.Voucher{}, true}, {&payment.Payment{}, true}, {[]payment.Network{}, true},
-		{&payment.Settlement{}, true}, {map[string]any{}, true}, {nil, true},
+		{&payment.Settlement{}, true}, {map[string]string{}, true}, {nil, true},
+		{map[string]any{}, false}, {struct{ V any }{}, false},
+		{struct {
+			v any
+			W int `json:"-"`
+		}{}, true},
 		{view.OfVoucher(&ent.Voucher{}), false}, {[]*view.Voucher{}, false}, {map[string]view.Voucher{}, false},
 		{struct {
 			A struct {
