@@ -47,6 +47,10 @@ type c2cSide struct {
 	errs     *stats.Recorder
 	lagP99   time.Duration
 	elapsed  time.Duration
+	// partners are the sides whose negotiations were interleaved with
+	// this one's (interleave) in the measured turns: the phase's rate is
+	// theirs and its own together.
+	partners []*c2cSide
 }
 
 // c2cSent is one negotiation: t0 request sent, t1 answer read, tc the
@@ -121,34 +125,61 @@ func (s *c2cSide) read(i int, frame []byte, at time.Time) {
 	}
 }
 
+// send is one negotiation of voucher v, recorded with its timings; a warm
+// one is not measured.
+func (s *c2cSide) send(ctx context.Context, v int, warm bool) error {
+	t0 := time.Now()
+	_, tc, err := s.writers.okCommitted(ctx, http.MethodPost, s.paths[v], s.token, negotiateBody)
+	if err != nil {
+		return err
+	}
+	t1 := time.Now()
+	if !warm {
+		s.neg.Add(t1.Sub(t0))
+	}
+	s.mu.Lock()
+	s.sends[v] = append(s.sends[v], c2cSent{t0, t1, tc, warm})
+	s.mu.Unlock()
+	return nil
+}
+
 // slice sends negotiations at rate for d (cursor: the next voucher); a
 // warm slice's are not measured.
 func (s *c2cSide) slice(ctx context.Context, rate float64, d time.Duration, warm bool) {
-	k := len(s.ids)
-	base := s.n
-	sn, serrs, slag, sel := OpenLoop(ctx, rate, d, 512, func(ctx context.Context, i int) error {
-		v := (base + i) % k
-		t0 := time.Now()
-		_, tc, err := s.writers.okCommitted(ctx, http.MethodPost, s.paths[v], s.token, negotiateBody)
-		if err != nil {
-			return err
+	interleave(ctx, rate, d, warm, s)
+}
+
+// interleave sends negotiations at rate for d, dealt to sides in turn
+// (the i-th to sides[i mod len(sides)], each side's to its next voucher),
+// on one open-loop schedule: every side sends rate/len(sides) a second,
+// and whatever the machine does meanwhile (a stalled disk flush and the
+// burst of commits it releases, a busy second) falls on every side
+// alike. A side's elapsed time is the slice's; its errors are its own.
+func interleave(ctx context.Context, rate float64, d time.Duration, warm bool, sides ...*c2cSide) {
+	m := len(sides)
+	bases := make([]int, m)
+	errs := make([]*stats.Recorder, m)
+	for j, s := range sides {
+		bases[j] = s.n
+		errs[j] = stats.NewRecorder(0)
+	}
+	sn, _, slag, sel := OpenLoop(ctx, rate, d, 512, func(ctx context.Context, i int) error {
+		j := i % m
+		s := sides[j]
+		if err := s.send(ctx, (bases[j]+i/m)%len(s.ids), warm); err != nil {
+			errs[j].Error(err)
 		}
-		t1 := time.Now()
-		if !warm {
-			s.neg.Add(t1.Sub(t0))
-		}
-		s.mu.Lock()
-		s.sends[v] = append(s.sends[v], c2cSent{t0, t1, tc, warm})
-		s.mu.Unlock()
 		return nil
 	})
-	s.n += sn
-	if warm {
-		return
+	for j, s := range sides {
+		s.n += (sn - j + m - 1) / m
+		if warm {
+			continue
+		}
+		s.errs.Merge(errs[j])
+		s.elapsed += sel
+		s.lagP99 = max(s.lagP99, slag.P99)
 	}
-	s.errs.Merge(serrs)
-	s.elapsed += sel
-	s.lagP99 = max(s.lagP99, slag.P99)
 }
 
 // allRead says whether every answered negotiation's update was read.

@@ -7,13 +7,18 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/http/httptest"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/lib/pq"
 
 	"github.com/voucherd/voucherd/bench/floor"
+	"github.com/voucherd/voucherd/bench/stats"
 	"github.com/voucherd/voucherd/testsupport/testpg"
 )
 
@@ -120,5 +125,141 @@ func TestC2CHTTPFloorDeliversEveryTransitionOnBothReplicas(t *testing.T) {
 		if err := <-served; err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// interleave deals one schedule's negotiations to its sides in turn: each
+// side sends half the rate over the whole slice, each to its own server
+// and its next voucher, and its errors stay its own.
+func TestInterleaveDealsOneScheduleToEverySide(t *testing.T) {
+	ctx := context.Background()
+	type hit struct {
+		path string
+		at   time.Time
+	}
+	var mu sync.Mutex
+	hits := map[string][]hit{}
+	server := func(name string, fail bool) string {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			mu.Lock()
+			hits[name] = append(hits[name], hit{r.URL.Path, time.Now()})
+			mu.Unlock()
+			if fail && strings.Contains(r.URL.Path, "/v0/") {
+				http.Error(w, `{"error":"no"}`, http.StatusConflict)
+				return
+			}
+			w.Header().Set("Server-Timing", `commit;desc="`+strconv.FormatInt(time.Now().UnixNano(), 10)+`"`)
+			w.Write([]byte(`{}`))
+		}))
+		t.Cleanup(srv.Close)
+		return strings.TrimPrefix(srv.URL, "http://")
+	}
+	side := func(addr string, k int) *c2cSide {
+		s := &c2cSide{ids: make([]string, k), paths: make([]string, k), sends: make([][]c2cSent, k), initialVer: make([]int, k), recvs: make([]map[int]time.Time, k),
+			writers: newLeanPool(addr), neg: stats.NewRecorder(0), errs: stats.NewRecorder(0)}
+		for i := range s.ids {
+			s.ids[i] = fmt.Sprintf("v%d", i)
+			s.paths[i] = "/api/v1/vouchers/" + s.ids[i] + "/negotiate-voucher"
+		}
+		t.Cleanup(s.writers.Close)
+		return s
+	}
+	a, b := side(server("a", false), 7), side(server("b", true), 5)
+	start := time.Now()
+	interleave(ctx, 400, 500*time.Millisecond, false, a, b)
+	interleave(ctx, 400, 500*time.Millisecond, false, a, b)
+	if a.n != 200 || b.n != 200 {
+		t.Fatalf("sent %d and %d, want 200 each (400/s for 1 s, dealt in turn)", a.n, b.n)
+	}
+	if a.elapsed < 900*time.Millisecond || a.elapsed != b.elapsed {
+		t.Fatalf("elapsed %v and %v: want the slices' time on both sides", a.elapsed, b.elapsed)
+	}
+	if s := a.errs.Summary(time.Second); s.Errors != 0 {
+		t.Fatalf("side a: %d errors, want none (the failures are b's)", s.Errors)
+	}
+	if s := b.errs.Summary(time.Second); s.Errors != 40 {
+		t.Fatalf("side b: %d errors, want its 40 (its voucher v0 is refused)", s.Errors)
+	}
+	// Each side went round its own vouchers in order, and both sent
+	// over the whole of both slices, not one after the other.
+	for name, k := range map[string]int{"a": 7, "b": 5} {
+		per := map[string]int{}
+		for _, h := range hits[name] {
+			per[h.path]++
+		}
+		for i := range k {
+			want := 200 / k
+			if i < 200%k {
+				want++
+			}
+			if got := per[fmt.Sprintf("/api/v1/vouchers/v%d/negotiate-voucher", i)]; got != want {
+				t.Fatalf("side %s voucher %d: %d negotiations, want %d", name, i, got, want)
+			}
+		}
+		first, last := hits[name][0].at.Sub(start), time.Since(hits[name][len(hits[name])-1].at)
+		if first > 100*time.Millisecond || last > 200*time.Millisecond {
+			t.Fatalf("side %s sent from %v after the start to %v before the end: want the whole span", name, first, last)
+		}
+	}
+	for v, sends := range a.sends {
+		for _, snd := range sends {
+			if snd.tc.IsZero() || snd.warm {
+				t.Fatalf("voucher %d: a send without its commit stamp, or marked warm", v)
+			}
+		}
+	}
+	// The phase's rate is both sides' answered negotiations together.
+	a.partners = []*c2cSide{b}
+	res := a.result("x", "x", a.spans(), 0, 4, nil)
+	seen := 0
+	for _, f := range res.Figures {
+		switch f.Name {
+		case "achieved transition rate":
+			// a's 200 and b's 160 answered over the same second.
+			if f.Value < 340 || f.Value > 380 {
+				t.Fatalf("achieved %v/s, want about 360/s (both sides' answered over the slices' time)", f.Value)
+			}
+			seen++
+		case "this side's transition rate (its negotiations interleaved with the other side's)":
+			if f.Value < 190 || f.Value > 210 {
+				t.Fatalf("its own rate %v/s, want about 200/s", f.Value)
+			}
+			seen++
+		}
+	}
+	if seen != 2 {
+		t.Fatalf("%d of the two rate figures found", seen)
+	}
+}
+
+// A turn shared by two sides gives each its own servers' CPU per its own
+// transitions, and what the rest of the machine spent per transition of
+// both.
+func TestSharedTurnCostFigures(t *testing.T) {
+	var a, b turnCost
+	na, nb := 0, 0
+	burn := func(d time.Duration) {
+		for end := time.Now().Add(d); time.Now().Before(end); {
+		}
+	}
+	self := os.Getpid()
+	measureTurn(func() { burn(50 * time.Millisecond); na, nb = 100, 300 },
+		costPart{&a, []int{self}, &na}, costPart{&b, nil, &nb})
+	if a.n != 100 || b.n != 300 || a.nAll != 400 || b.nAll != 400 {
+		t.Fatalf("transitions: a %d of %d, b %d of %d; want 100 and 300 of 400", a.n, a.nAll, b.n, b.nAll)
+	}
+	if a.cpu < 30*time.Millisecond || b.cpu != 0 {
+		t.Fatalf("servers' CPU: a %v (its process burned 50 ms), b %v (none given)", a.cpu, b.cpu)
+	}
+	if a.self != b.self || a.self < 30*time.Millisecond {
+		t.Fatalf("the bench's CPU %v and %v: want the turn's, on both", a.self, b.self)
+	}
+	got := map[string]float64{}
+	for _, f := range a.figures() {
+		got[f.Name] = f.Value
+	}
+	if per, all := got["server CPU per transition (both replicas, during its turns)"], got["bench process CPU per transition (load generator and subscribers, during its turns)"]; per < 3*all {
+		t.Fatalf("a's server CPU per transition %v against the bench's %v: want its own per its 100, the bench's per 400", per, all)
 	}
 }

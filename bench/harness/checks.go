@@ -162,7 +162,8 @@ func checks(r *report.Run) []report.Check {
 	}
 
 	// On PostgreSQL the bound is the floor with the HTTP hop measured in
-	// the same phase, taking turns with the service (floor.C2C: the same
+	// the same phase, its negotiations interleaved with the service's on
+	// one schedule (interleave; whole turns with -c2c-turns) (floor.C2C: the same
 	// negotiate request, one UPDATE committed, the frame written to a
 	// websocket subscriber on the committing process, or NOTIFYed by its
 	// notifier and written by a second process that LISTENs; docs/performance.md, "Issue 25, third

@@ -46,12 +46,18 @@ type Config struct {
 	IdleSubs int
 	C2CRate  float64
 	// C2CDuration is how long each side of the two-replica
-	// commit→subscriber phase runs in all (in c2cSlice turns): its p99s
-	// are the targets' ratios, and a tail of 1 % needs enough changes to
-	// be more than a few bursts (0: Duration).
+	// commit→subscriber phase runs in all at C2CRate (in c2cSlice turns;
+	// the service and the HTTP floor, interleaved at half the rate each,
+	// run twice as long together, for as many changes): its p99s are the
+	// targets' ratios, and a tail of 1 % needs enough changes to be more
+	// than a few bursts (0: Duration).
 	C2CDuration time.Duration
 	// C2CSlice is the length of each turn (0: c2cSlice).
-	C2CSlice     time.Duration
+	C2CSlice time.Duration
+	// C2CTurns has the service and the HTTP floor take whole turns in
+	// the two-replica commit→subscriber phase instead of interleaving
+	// their negotiations on one schedule (interleave).
+	C2CTurns     bool
 	FanoutSubs   int
 	FanoutEvents int
 	WebhookRate  float64

@@ -473,7 +473,45 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	if t.replica != nil {
 		svcPids = append(svcPids, t.replica.Pid())
 	}
-	for svc.elapsed < total-slice/2 && ctx.Err() == nil {
+	// The service and the HTTP floor interleave their negotiations on one
+	// schedule (interleave), half the rate each, unless asked to take
+	// whole turns: a stalled flush then holds back both sides' commits
+	// and the burst it releases is both sides'. In whole turns, however
+	// short, a turn ends when its last answer is read, so a stall is
+	// absorbed by the side whose turn it is (docs/performance.md, "Issue
+	// 25, eighth pass"). The bare NOTIFY floor keeps turns of its own.
+	interleaved := fl != nil && hf != nil && hfErr == nil && !h.cfg.C2CTurns
+	if interleaved {
+		// The floors copy the service's notification payload: unmeasured
+		// service slices until the NOTIFY floor has one (the first, nearly
+		// always), then the HTTP floor's payload and warm-up.
+		for tries := 0; !fl.captured() && tries < 40 && ctx.Err() == nil; tries++ {
+			svc.slice(ctx, h.cfg.C2CRate, slice, true)
+			floorSkipped++
+		}
+		if !fl.captured() {
+			interleaved = false
+		} else if hfErr = hf.setPayload(ctx, fl.capturedPayload()); hfErr == nil {
+			hf.side.slice(ctx, h.cfg.C2CRate, h.cfg.Warmup, true)
+		} else {
+			interleaved = false
+		}
+	}
+	if interleaved {
+		span := 2 * slice
+		floorPids := []int{hf.commit.Pid(), hf.other.Pid()}
+		for svc.elapsed < 2*total-span/2 && ctx.Err() == nil {
+			measureTurn(func() { interleave(ctx, h.cfg.C2CRate, span, false, svc, hf.side) },
+				costPart{&svcCost, svcPids, &svc.n}, costPart{&httpCost, floorPids, &hf.side.n})
+			httpSlices++
+			fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
+			floorSent += fn
+			floorErrs.Merge(ferrs)
+			floorSlices++
+		}
+		svc.partners, hf.side.partners = []*c2cSide{hf.side}, []*c2cSide{svc}
+	}
+	for !interleaved && svc.elapsed < total-slice/2 && ctx.Err() == nil {
 		svcCost.measure(svcPids, &svc.n, func() { svc.slice(ctx, h.cfg.C2CRate, slice, false) })
 		if fl == nil {
 			continue
@@ -603,7 +641,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				}
 			}
 			res.Group = "subscriptions"
-			res.Figures = append(res.Figures, report.Figure{Name: "slices (taking turns with the service)", Value: float64(httpSlices), Unit: ""})
+			res.Figures = append(res.Figures, report.Figure{Name: "slices (its negotiations interleaved with the service's; whole turns with -c2c-turns)", Value: float64(httpSlices), Unit: ""})
 			res.Figures = append(res.Figures, httpCost.figures()...)
 			h.add(res)
 		}
@@ -616,20 +654,40 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 // replicas), the machine's busy and total CPU time, and the transitions
 // sent. The two sides do the same transitions at the same rate, so the
 // difference in what they cost the machine is what their tails are
-// measured under.
+// measured under. When the sides' negotiations are interleaved in one
+// turn (interleave), each side's servers are still its own, and what the
+// turn cost the rest of the machine (the bench, PostgreSQL, every
+// process) is shared: it is counted per transition of every side in the
+// turn (nAll).
 type turnCost struct {
 	cpu         time.Duration
 	each        []time.Duration // per process, in the order measure got them
 	self        time.Duration   // the bench process's own (load generator, subscribers)
 	pg          time.Duration   // PostgreSQL's processes
 	busy, total uint64
-	n           int
+	n           int // this side's transitions
+	nAll        int // every side's, in the turns measured
 }
 
-// measure runs one turn, adding the CPU pids used during it, the
-// machine's, and how much *sent grew.
+// costPart is one side in a measured turn: its cost, its server
+// processes and its count of transitions sent.
+type costPart struct {
+	c    *turnCost
+	pids []int
+	sent *int
+}
+
+// measure runs one turn of one side, adding the CPU pids used during it,
+// the machine's, and how much *sent grew.
 func (c *turnCost) measure(pids []int, sent *int, turn func()) {
-	cpu := func() ([]time.Duration, bool) {
+	measureTurn(turn, costPart{c, pids, sent})
+}
+
+// measureTurn runs one turn shared by parts (one part: a turn of its
+// own), adding to each part its servers' CPU and transitions, and to
+// every part what the turn cost the bench, PostgreSQL and the machine.
+func measureTurn(turn func(), parts ...costPart) {
+	cpu := func(pids []int) ([]time.Duration, bool) {
 		out := make([]time.Duration, len(pids))
 		for i, pid := range pids {
 			d, err := proc.CPU(pid)
@@ -640,35 +698,47 @@ func (c *turnCost) measure(pids []int, sent *int, turn func()) {
 		}
 		return out, true
 	}
-	c0, ok0 := cpu()
+	c0, ok0 := make([][]time.Duration, len(parts)), make([]bool, len(parts))
+	n0 := make([]int, len(parts))
+	for i, p := range parts {
+		c0[i], ok0[i] = cpu(p.pids)
+		n0[i] = *p.sent
+	}
 	s0, errS0 := proc.CPU(os.Getpid())
 	p0, errP0 := proc.CommandCPU("postgres")
 	b0, t0, err0 := proc.MachineCPU()
-	n0 := *sent
 	turn()
-	c1, ok1 := cpu()
 	s1, errS1 := proc.CPU(os.Getpid())
 	p1, errP1 := proc.CommandCPU("postgres")
 	b1, t1, err1 := proc.MachineCPU()
-	c.n += *sent - n0
-	if errS0 == nil && errS1 == nil {
-		c.self += s1 - s0
+	all := 0
+	for i, p := range parts {
+		all += *p.sent - n0[i]
 	}
-	if errP0 == nil && errP1 == nil && p1 >= p0 {
-		c.pg += p1 - p0
-	}
-	if ok0 && ok1 {
-		if len(c.each) < len(pids) {
-			c.each = append(c.each, make([]time.Duration, len(pids)-len(c.each))...)
+	for i, p := range parts {
+		c := p.c
+		c1, ok1 := cpu(p.pids)
+		c.n += *p.sent - n0[i]
+		c.nAll += all
+		if errS0 == nil && errS1 == nil {
+			c.self += s1 - s0
 		}
-		for i := range pids {
-			c.cpu += c1[i] - c0[i]
-			c.each[i] += c1[i] - c0[i]
+		if errP0 == nil && errP1 == nil && p1 >= p0 {
+			c.pg += p1 - p0
 		}
-	}
-	if err0 == nil && err1 == nil && t1 >= t0 {
-		c.busy += b1 - b0
-		c.total += t1 - t0
+		if ok0[i] && ok1 {
+			if len(c.each) < len(p.pids) {
+				c.each = append(c.each, make([]time.Duration, len(p.pids)-len(c.each))...)
+			}
+			for k := range p.pids {
+				c.cpu += c1[k] - c0[i][k]
+				c.each[k] += c1[k] - c0[i][k]
+			}
+		}
+		if err0 == nil && err1 == nil && t1 >= t0 {
+			c.busy += b1 - b0
+			c.total += t1 - t0
+		}
 	}
 }
 
@@ -678,17 +748,23 @@ func (c *turnCost) figures() []report.Figure {
 	var out []report.Figure
 	if c.n > 0 {
 		per := func(d time.Duration) float64 { return float64(d) / float64(c.n) / float64(time.Millisecond) }
+		// What a shared turn cost outside the side's servers is per
+		// transition of every side in it.
+		perAll := per
+		if c.nAll > 0 {
+			perAll = func(d time.Duration) float64 { return float64(d) / float64(c.nAll) / float64(time.Millisecond) }
+		}
 		out = append(out, report.Figure{Name: "server CPU per transition (both replicas, during its turns)", Value: per(c.cpu), Unit: "ms"})
 		if len(c.each) == 2 {
 			out = append(out,
 				report.Figure{Name: "of which the committing replica's", Value: per(c.each[0]), Unit: "ms"},
 				report.Figure{Name: "of which the other replica's", Value: per(c.each[1]), Unit: "ms"})
 		}
-		out = append(out, report.Figure{Name: "bench process CPU per transition (load generator and subscribers, during its turns)", Value: per(c.self), Unit: "ms"},
-			report.Figure{Name: "PostgreSQL CPU per transition (all its processes, during its turns)", Value: per(c.pg), Unit: "ms"})
+		out = append(out, report.Figure{Name: "bench process CPU per transition (load generator and subscribers, during its turns)", Value: perAll(c.self), Unit: "ms"},
+			report.Figure{Name: "PostgreSQL CPU per transition (all its processes, during its turns)", Value: perAll(c.pg), Unit: "ms"})
 		if c.total > 0 {
 			// /proc/stat counts in clock ticks (USER_HZ, 100 a second).
-			out = append(out, report.Figure{Name: "machine CPU per transition (every process, during its turns)", Value: per(time.Duration(c.busy) * 10 * time.Millisecond), Unit: "ms"})
+			out = append(out, report.Figure{Name: "machine CPU per transition (every process, during its turns)", Value: perAll(time.Duration(c.busy) * 10 * time.Millisecond), Unit: "ms"})
 		}
 	}
 	if c.total > 0 {
@@ -711,24 +787,33 @@ func (s *c2cSide) result(id, name string, sp c2cSpans, side, subs int, usage *pr
 	as := stats.Summarize(sp.a2c[side], 0, s.elapsed, nil)
 	ns := s.neg.Summary(s.elapsed)
 	es := s.errs.Summary(s.elapsed)
-	achieved := float64(int64(ns.Count)) / s.elapsed.Seconds()
-	return &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage,
-		Figures: []report.Figure{
-			{Name: "subscribers", Value: float64(subs), Unit: ""},
-			{Name: "transitions sent (all subscribers)", Value: float64(ns.Count + es.Errors), Unit: ""},
-			{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
-			{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
-			{Name: "updates delivered", Value: float64(len(sp.c2c[side])), Unit: ""},
-			{Name: "updates missing", Value: float64(sp.missing[side]), Unit: ""},
-			{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
-			{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
-			{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
-			{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
-			{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
-			{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
-			{Name: "answers without a commit stamp (measured from the answer)", Value: float64(sp.unstamped[side]), Unit: ""},
-			{Name: "schedule lag p99", Value: ms(s.lagP99), Unit: "ms"},
-		}}
+	// The rate the target names is the phase's: with interleaved
+	// partners, every side's answered negotiations over the same turns.
+	answered := ns.Count
+	for _, p := range s.partners {
+		answered += p.neg.Summary(p.elapsed).Count
+	}
+	achieved := float64(answered) / s.elapsed.Seconds()
+	figs := []report.Figure{
+		{Name: "subscribers", Value: float64(subs), Unit: ""},
+		{Name: "transitions sent (all subscribers)", Value: float64(ns.Count + es.Errors), Unit: ""},
+		{Name: "transitions failed", Value: float64(es.Errors), Unit: ""},
+		{Name: "achieved transition rate", Value: achieved, Unit: "/s"},
+		{Name: "updates delivered", Value: float64(len(sp.c2c[side])), Unit: ""},
+		{Name: "updates missing", Value: float64(sp.missing[side]), Unit: ""},
+		{Name: "negotiate request p50", Value: ms(ns.P50), Unit: "ms"},
+		{Name: "negotiate request p99", Value: ms(ns.P99), Unit: "ms"},
+		{Name: "write→subscriber p50 (upper bound)", Value: ms(ws.P50), Unit: "ms"},
+		{Name: "write→subscriber p99 (upper bound)", Value: ms(ws.P99), Unit: "ms"},
+		{Name: "answer→subscriber p50 (the writer's answer read, after commit)", Value: ms(as.P50), Unit: "ms"},
+		{Name: "answer→subscriber p99 (the writer's answer read, after commit)", Value: ms(as.P99), Unit: "ms"},
+		{Name: "answers without a commit stamp (measured from the answer)", Value: float64(sp.unstamped[side]), Unit: ""},
+		{Name: "schedule lag p99", Value: ms(s.lagP99), Unit: "ms"},
+	}
+	if len(s.partners) > 0 {
+		figs = append(figs, report.Figure{Name: "this side's transition rate (its negotiations interleaved with the other side's)", Value: float64(ns.Count) / s.elapsed.Seconds(), Unit: "/s"})
+	}
+	return &report.Result{ID: id, Group: "subscriptions", Name: name, Unit: "update", Latency: &sum, Usage: usage, Figures: figs}
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

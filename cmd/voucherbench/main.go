@@ -92,7 +92,8 @@ func runBench(args []string, log *slog.Logger) error {
 		idle      = fs.Int("idle-subs", 20000, "idle subscriptions")
 		c2cRate   = fs.Float64("c2c-rate", 1000, "transitions per second for commit-to-subscriber latency")
 		c2cSlice  = fs.Duration("c2c-slice", 0, "length of each turn of the two-replica commit-to-subscriber phase (0: 250ms)")
-		c2cDur    = fs.Duration("c2c-duration", 12*time.Second, "how long each side of the two-replica commit-to-subscriber phase runs (service, HTTP floor, NOTIFY floor), in turns of -c2c-slice")
+		c2cTurns  = fs.Bool("c2c-turns", false, "the service and the HTTP floor take whole turns in the two-replica commit-to-subscriber phase, as until the eighth pass of issue 25 (default: their negotiations interleave, one schedule, each side half the rate)")
+		c2cDur    = fs.Duration("c2c-duration", 12*time.Second, "how long each side of the two-replica commit-to-subscriber phase runs at the full rate (service, HTTP floor, NOTIFY floor), in turns of -c2c-slice; the service and the HTTP floor, interleaved at half the rate each, run twice as long together")
 		fanSubs   = fs.Int("fanout-subs", 5000, "subscribers on one business")
 		fanEvents = fs.Int("fanout-events", 20, "events fanned out to them")
 		whRate    = fs.Float64("webhook-rate", 100, "business redeems per second for webhook latency")
@@ -156,7 +157,7 @@ func runBench(args []string, log *slog.Logger) error {
 		Voucherd: vd, Self: self, OutDir: *out, Only: groups,
 		Warmup: *warmup, Duration: *duration, Unloaded: *unloaded,
 		TransitionClients: cs, ReadClients: *readC, LifecycleClients: *lifeC, PgbenchMaxTPS: *maxTPS,
-		IdleSubs: *idle, C2CRate: *c2cRate, C2CDuration: *c2cDur, C2CSlice: *c2cSlice, FanoutSubs: *fanSubs, FanoutEvents: *fanEvents,
+		IdleSubs: *idle, C2CRate: *c2cRate, C2CDuration: *c2cDur, C2CSlice: *c2cSlice, C2CTurns: *c2cTurns, FanoutSubs: *fanSubs, FanoutEvents: *fanEvents,
 		WebhookRate: *whRate, WebhookBurst: *whBurst,
 		SettlementTest: *settleT, SweepTest: *sweepT, RepoDir: ".",
 		Profile: *profile, Log: log, Out: os.Stdout,
