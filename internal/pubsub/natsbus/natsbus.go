@@ -42,6 +42,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
+	"github.com/voucherd/voucherd/internal/jsonx"
 	"github.com/voucherd/voucherd/internal/pubsub"
 )
 
@@ -384,7 +385,7 @@ func (b *Bus) Resyncs() int64 { return b.resyncs.Load() }
 func (b *Bus) Publish(c pubsub.VoucherChange) {
 	row := []byte(nil)
 	if c.Voucher != nil {
-		if r, err := json.Marshal(c.Voucher); err == nil {
+		if r, err := jsonx.Marshal(c.Voucher); err == nil {
 			row = r // else keys only: replicas load it
 		}
 	}
