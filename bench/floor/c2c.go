@@ -20,6 +20,7 @@ import (
 
 	"github.com/gorilla/websocket"
 	"github.com/lib/pq"
+	"github.com/nats-io/nats.go"
 )
 
 // C2C configures the commit→subscriber floor with the HTTP hop: the least
@@ -63,6 +64,12 @@ type C2C struct {
 	// its IDParam (the committing replica only).
 	Update ReadQuery `json:"update"`
 	Listen bool      `json:"listen,omitempty"`
+	// NATS, when set (a server's URL), carries the changes between the
+	// two replicas instead of NOTIFY: the committing one publishes each on
+	// the subject Channel as it commits (nats.go buffers it and its
+	// flusher writes it, as the service's bus does), and the other
+	// subscribes to it.
+	NATS string `json:"nats,omitempty"`
 	// Frame is a voucherUpdated message the service sent, with the
 	// voucher id and version it carried: each change is that frame with
 	// its own id and version in their places.
@@ -79,9 +86,12 @@ type c2cServer struct {
 	// synchronous_commit off; pending the changes it has to send.
 	notifyDB *sql.DB
 	pending  chan string
-	tmpl     *frameTemplate
-	update   func(ctx context.Context, args ...any) (*sql.Rows, error)
-	current  *sql.Stmt
+	// send hands a change to the other replica: to the notifier
+	// (pending), or to NATS.
+	send    func(msg string)
+	tmpl    *frameTemplate
+	update  func(ctx context.Context, args ...any) (*sql.Rows, error)
+	current *sql.Stmt
 	// payload is the service's notification payload (POST /c2c/payload),
 	// sent with every NOTIFY; nil until the bench has captured one.
 	payload atomic.Pointer[string]
@@ -129,6 +139,34 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		return nil, err
 	}
 	mux.HandleFunc("GET /graphql", s.accept)
+	if cfg.NATS != "" {
+		nc, err := nats.Connect(cfg.NATS, nats.Name("voucherbench c2c floor"))
+		if err != nil {
+			cleanup()
+			return nil, fmt.Errorf("c2c floor: NATS: %w", err)
+		}
+		closers = append(closers, nc.Close)
+		if cfg.Listen {
+			sub, err := nc.Subscribe(cfg.Channel, func(m *nats.Msg) { s.heard(string(m.Data)) })
+			if err == nil {
+				err = sub.SetPendingLimits(1<<20, 256<<20)
+			}
+			if err == nil {
+				err = nc.Flush()
+			}
+			if err != nil {
+				cleanup()
+				return nil, fmt.Errorf("c2c floor: NATS subscribe: %w", err)
+			}
+			log.Info("c2c floor ready", "listen", true, "transport", "nats")
+			return cleanup, nil
+		}
+		s.send = func(msg string) {
+			if err := nc.Publish(cfg.Channel, []byte(msg)); err != nil {
+				log.Error("c2c floor: NATS publish", "err", err)
+			}
+		}
+	}
 	if cfg.Listen {
 		l := pq.NewListener(dsn, 100*time.Millisecond, time.Second, nil)
 		if err := l.Listen(cfg.Channel); err != nil {
@@ -159,6 +197,9 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		}
 		s.update = st.QueryContext
 	}
+	if s.send != nil {
+		return s.serveCommitting(mux, cleanup, log), nil
+	}
 	ndsn, err := asyncCommit(dsn)
 	if err != nil {
 		cleanup()
@@ -183,6 +224,13 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		s.notifier(nctx, log)
 	}()
 	closers = append(closers, func() { stopNotifier(); <-notified })
+	s.send = func(msg string) { s.pending <- msg }
+	return s.serveCommitting(mux, cleanup, log), nil
+}
+
+// serveCommitting adds the committing replica's routes: the payload and
+// the transition.
+func (s *c2cServer) serveCommitting(mux *http.ServeMux, cleanup func(), log *slog.Logger) func() {
 	mux.HandleFunc("POST /c2c/payload", func(w http.ResponseWriter, r *http.Request) {
 		b, err := io.ReadAll(r.Body)
 		if err != nil || len(b) == 0 {
@@ -193,8 +241,8 @@ func serveC2C(ctx context.Context, mux *http.ServeMux, db *sql.DB, dsn string, c
 		s.payload.Store(&p)
 	})
 	mux.HandleFunc("POST /api/v1/vouchers/{id}/negotiate-voucher", s.negotiate)
-	log.Info("c2c floor ready", "listen", cfg.Listen)
-	return cleanup, nil
+	log.Info("c2c floor ready", "listen", false, "transport", map[bool]string{false: "notify", true: "nats"}[s.cfg.NATS != ""])
+	return cleanup
 }
 
 // negotiate is the transition: decode, the statement (committed alone),
@@ -218,7 +266,7 @@ func (s *c2cServer) negotiate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	committed := time.Now()
-	s.pending <- id + " " + strconv.FormatInt(version, 10) + " " + *p
+	s.send(id + " " + strconv.FormatInt(version, 10) + " " + *p)
 	s.deliver(id, version)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Server-Timing", `commit;desc="`+strconv.FormatInt(committed.UnixNano(), 10)+`"`)
@@ -332,12 +380,18 @@ func (s *c2cServer) listen(ctx context.Context, l *pq.Listener) {
 			if n == nil {
 				continue
 			}
-			id, rest, _ := strings.Cut(n.Extra, " ")
-			ver, _, _ := strings.Cut(rest, " ")
-			if v, err := strconv.ParseInt(ver, 10, 64); err == nil {
-				s.deliver(id, v)
-			}
+			s.heard(n.Extra)
 		}
+	}
+}
+
+// heard delivers a change the committing replica sent ("<id> <version>
+// <payload>").
+func (s *c2cServer) heard(msg string) {
+	id, rest, _ := strings.Cut(msg, " ")
+	ver, _, _ := strings.Cut(rest, " ")
+	if v, err := strconv.ParseInt(ver, 10, 64); err == nil {
+		s.deliver(id, v)
 	}
 }
 

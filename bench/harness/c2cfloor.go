@@ -1,6 +1,7 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
@@ -12,9 +13,11 @@ import (
 	"time"
 
 	"github.com/lib/pq"
+	"github.com/nats-io/nats.go"
 
 	"github.com/voucherd/voucherd/bench/stats"
 	"github.com/voucherd/voucherd/internal/pubsub"
+	"github.com/voucherd/voucherd/internal/pubsub/natsbus"
 )
 
 // c2cFloor is the commit→subscriber floor on PostgreSQL: the least a
@@ -272,3 +275,67 @@ func (f *c2cFloor) close() {
 	_, _ = f.db.Exec(`DROP TABLE IF EXISTS voucherbench_c2c_floor`)
 	_ = f.db.Close()
 }
+
+// payloadSource is where the HTTP floor's notification payload comes
+// from: a service change carrying its row, copied as the service sent it
+// (the NOTIFY floor's listener on PostgreSQL, natsCapture on NATS).
+type payloadSource interface {
+	captured() bool
+	capturedPayload() string
+}
+
+// natsCapture copies the first voucher change carrying its row that a
+// replica publishes on NATS (natsbus's subjects, default prefix), for the
+// HTTP floor over NATS to send with every change, as the service does.
+type natsCapture struct {
+	nc      *nats.Conn
+	sub     *nats.Subscription
+	mu      sync.Mutex
+	payload string
+}
+
+func newNATSCapture(url string) (*natsCapture, error) {
+	nc, err := nats.Connect(url, nats.Name("voucherbench capture"))
+	if err != nil {
+		return nil, fmt.Errorf("nats capture: %w", err)
+	}
+	c := &natsCapture{nc: nc}
+	c.sub, err = nc.Subscribe(natsbus.DefaultPrefix+"."+pubsub.Channel+".*", func(m *nats.Msg) {
+		if !bytes.Contains(m.Data, []byte("\n")) { // keys only, no row
+			return
+		}
+		c.mu.Lock()
+		if c.payload == "" {
+			c.payload = string(m.Data)
+		}
+		c.mu.Unlock()
+	})
+	if err == nil {
+		err = nc.Flush()
+	}
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("nats capture: %w", err)
+	}
+	return c, nil
+}
+
+// captured says whether a change carrying its row was copied; once it is,
+// the capture stops listening.
+func (c *natsCapture) captured() bool {
+	c.mu.Lock()
+	ok := c.payload != ""
+	c.mu.Unlock()
+	if ok && c.sub.IsValid() {
+		_ = c.sub.Unsubscribe()
+	}
+	return ok
+}
+
+func (c *natsCapture) capturedPayload() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.payload
+}
+
+func (c *natsCapture) close() { c.nc.Close() }

@@ -254,8 +254,10 @@ type c2cHTTPFloor struct {
 // startC2CHTTPFloor starts the floor's two replicas, the committing one
 // running update (the service's negotiate statement) on ids (its own
 // vouchers in the service's table) and both writing the service's frame
-// (captured by the service's side), and opens their subscribers.
-func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []string, update floor.ReadQuery, frame []byte, frameID string, frameVer int) (_ *c2cHTTPFloor, err error) {
+// (captured by the service's side), and opens their subscribers. The
+// changes go between them by NOTIFY, or over NATS at natsURL when it is
+// set.
+func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []string, update floor.ReadQuery, frame []byte, frameID string, frameVer int, natsURL string) (_ *c2cHTTPFloor, err error) {
 	f := &c2cHTTPFloor{}
 	defer func() {
 		if err != nil {
@@ -268,7 +270,7 @@ func (h *Harness) startC2CHTTPFloor(ctx context.Context, token string, ids []str
 			return nil, err
 		}
 		cfg := floor.Config{Addr: addr, DSN: h.dsn, MaxConns: 32, C2C: &floor.C2C{Channel: c2cHTTPFloorChannel, Table: "vouchers", Column: "version",
-			Update: update, Listen: listen, Frame: string(frame), FrameID: frameID, FrameVersion: int64(frameVer)}}
+			Update: update, Listen: listen, NATS: natsURL, Frame: string(frame), FrameID: frameID, FrameVersion: int64(frameVer)}}
 		path := filepath.Join(h.cfg.OutDir, name+".json")
 		if err := os.WriteFile(path, mustJSON(cfg), 0o600); err != nil {
 			return nil, err

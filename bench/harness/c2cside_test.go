@@ -25,13 +25,47 @@ import (
 // The HTTP floor's two replicas, driven by the same code that drives the
 // service (c2cSide): every negotiation commits one version, its frame
 // reaches the voucher's subscriber on the committing replica in process
-// and on the other one through LISTEN, each answer carries its commit
-// stamp, and every update pairs with its transition.
+// and on the other one through LISTEN (or a NATS subscription), each
+// answer carries its commit stamp, and every update pairs with its
+// transition.
 func TestC2CHTTPFloorDeliversEveryTransitionOnBothReplicas(t *testing.T) {
 	c := testpg.StartT(t)
 	if c == nil {
 		return
 	}
+	t.Run("notify", func(t *testing.T) { testC2CHTTPFloor(t, c, "c2c_floor_test", "") })
+	t.Run("nats", func(t *testing.T) {
+		addr, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		monitor, err := FreeAddr()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		served := make(chan error, 1)
+		go func() { served <- ServeNATS(ctx, addr, monitor) }()
+		defer func() {
+			cancel()
+			if err := <-served; err != nil {
+				t.Error(err)
+			}
+		}()
+		if !waitFor(ctx, 10*time.Second, func() bool {
+			r, err := http.Get("http://" + monitor + "/healthz")
+			if err == nil {
+				r.Body.Close()
+			}
+			return err == nil && r.StatusCode == http.StatusOK
+		}) {
+			t.Fatal("nats server did not start")
+		}
+		testC2CHTTPFloor(t, c, "c2c_floor_test_nats", "nats://"+addr)
+	})
+}
+
+func testC2CHTTPFloor(t *testing.T, c *testpg.Cluster, table, natsURL string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dsn := c.DSN("postgres")
@@ -47,7 +81,6 @@ func TestC2CHTTPFloorDeliversEveryTransitionOnBothReplicas(t *testing.T) {
 	// The floor runs whatever transition statement it is given (the
 	// service's captured negotiate, in the bench) on the table named,
 	// reading the version column from the row it returns.
-	const table = "c2c_floor_test"
 	if _, err := db.ExecContext(ctx, `CREATE TABLE `+table+` (id text PRIMARY KEY, n bigint NOT NULL DEFAULT 0, note text)`); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +98,7 @@ func TestC2CHTTPFloorDeliversEveryTransitionOnBothReplicas(t *testing.T) {
 		if addrs[i], err = FreeAddr(); err != nil {
 			t.Fatal(err)
 		}
-		cfg := floor.Config{Addr: addrs[i], DSN: dsn, MaxConns: 8, C2C: &floor.C2C{Channel: c2cHTTPFloorChannel, Table: table, Column: "n", Update: update, Listen: listen,
+		cfg := floor.Config{Addr: addrs[i], DSN: dsn, MaxConns: 8, C2C: &floor.C2C{Channel: c2cHTTPFloorChannel, Table: table, Column: "n", Update: update, Listen: listen, NATS: natsURL,
 			Frame: frame, FrameID: "vch_tmpl", FrameVersion: 7}}
 		go func() { served <- floor.Serve(ctx, cfg, log) }()
 	}

@@ -151,7 +151,9 @@ func (s *pgScenarios) scaling(ctx context.Context) {
 
 // scalingC2C: commitToClient's phase on two fresh replicas, first over
 // LISTEN/NOTIFY, then over NATS, one after the other: half the subscribers
-// on the replica that commits, half on the other.
+// on the replica that commits, half on the other. On NATS the HTTP floor,
+// its changes carried over NATS too, interleaves with the service
+// (floor.C2C's NATS): the NATS line's bound is its ratio to that floor.
 func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 	h := s.h
 	for _, tr := range []string{transportNotify, transportNATS} {
@@ -164,17 +166,34 @@ func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 		name := fmt.Sprintf("commit→subscriber PG over %s, same replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
 		rname := fmt.Sprintf("commit→subscriber PG over %s, other replica, %.0f transitions/s", transportNames[tr], h.cfg.C2CRate)
 		err := guard(func() error {
-			k := int(h.cfg.C2CRate)
-			run, err := s.seed(ctx, s.clone, 1, k)
+			// On NATS the HTTP floor over NATS interleaves with the
+			// service (its line's bound): k vouchers for each.
+			k, n := int(h.cfg.C2CRate), int(h.cfg.C2CRate)
+			if tr == transportNATS {
+				n = 2 * k
+			}
+			run, err := s.seed(ctx, s.clone, 1, n)
 			if err != nil {
 				return err
 			}
-			ids := make([]string, k)
-			for i := range ids {
-				ids[i] = pgref.SeedID(run, 0, i+1)
+			all := make([]string, n)
+			for i := range all {
+				all[i] = pgref.SeedID(run, 0, i+1)
 			}
-			if err := s.redeemAll(ctx, s.payee, ids); err != nil {
+			if err := s.redeemAll(ctx, s.payee, all); err != nil {
 				return fmt.Errorf("setup redeem: %w", err)
+			}
+			ids := all[:k]
+			target := c2cTarget{id: id, name: name, payer: s.payer.Token, ids: ids, rid: rid, rname: rname, flushDir: h.pg.Dir(), noFloor: true}
+			if tr == transportNATS {
+				target.floorIDs = all[k:]
+				target.floorNATS, target.floorVia = natsURL, "NATS"
+				target.floorID, target.floorRID = c2cNATSFloorID, c2cNATSFloorReplicaID
+				update, err := s.captureNegotiate(ctx, target.floorIDs[0])
+				if err != nil {
+					target.floorWhy = err.Error()
+				}
+				target.floorUpdate = update
 			}
 			ps, stop, err := s.replicas(2, tr, natsURL)
 			if err != nil {
@@ -198,8 +217,8 @@ func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 			api := NewAPI(ps[0].URL, 64)
 			defer api.CloseIdle()
 			before := pubsubTrouble(ps)
-			if err := h.commitToClient(ctx, c2cTarget{id: id, name: name, svc: ps[0], api: api,
-				payer: s.payer.Token, ids: ids, replica: ps[1], rid: rid, rname: rname, flushDir: h.pg.Dir(), noFloor: true}); err != nil {
+			target.svc, target.api, target.replica = ps[0], api, ps[1]
+			if err := h.commitToClient(ctx, target); err != nil {
 				return err
 			}
 			// A lost connection, a slow-consumer drop or a replica taken
@@ -789,3 +808,10 @@ func scalingChecks(r *report.Run) []report.Check {
 	}
 	return out
 }
+
+// The HTTP floor over NATS (the scaling group's NATS phase): the same
+// replica's path and the other replica's.
+const (
+	c2cNATSFloorID        = "ref-c2c-http-floor-nats"
+	c2cNATSFloorReplicaID = "ref-c2c-http-floor-nats-replica"
+)

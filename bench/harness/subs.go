@@ -243,6 +243,13 @@ type c2cTarget struct {
 	floorIDs    []string
 	floorUpdate *floor.ReadQuery
 	floorWhy    string // why there is no floorUpdate
+	// floorNATS, when set (the NATS server's URL), runs the HTTP floor
+	// over NATS, the service's messages copied from NATS for its payload
+	// (natsCapture); floorVia names its transport in its results' names,
+	// floorID and floorRID are their ids (default: the PostgreSQL floor's).
+	floorNATS         string
+	floorVia          string
+	floorID, floorRID string
 }
 
 // captureNegotiate negotiates voucher id (REDEEMED) through the service
@@ -413,11 +420,25 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	var fl *c2cFloor
 	var hf *c2cHTTPFloor
 	var hfErr error
+	// src is where the HTTP floor's payload comes from: the NOTIFY
+	// floor's listener, or on NATS a capture of the service's messages.
+	var src payloadSource
 	if t.replica != nil && !t.noFloor {
 		if fl, err = newC2CFloor(ctx, h.dsn); err != nil {
 			return err
 		}
 		defer fl.close()
+		src = fl
+	}
+	if t.replica != nil && t.floorNATS != "" {
+		nc, err := newNATSCapture(t.floorNATS)
+		if err != nil {
+			return err
+		}
+		defer nc.close()
+		src = nc
+	}
+	if src != nil {
 		svc.mu.Lock()
 		frame, fid, fver := svc.frame, svc.frameID, svc.frameVer
 		svc.mu.Unlock()
@@ -426,7 +447,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				return errors.New(cmp.Or(t.floorWhy, "no negotiate statement captured for it"))
 			}
 			var err error
-			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.floorIDs, *t.floorUpdate, frame, fid, fver)
+			hf, err = h.startC2CHTTPFloor(ctx, t.payer, t.floorIDs, *t.floorUpdate, frame, fid, fver, t.floorNATS)
 			return err
 		})
 		if hf != nil {
@@ -450,7 +471,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		disk = flushWatch(t.flushDir)
 	}
 	slice, total := h.cfg.Duration, h.cfg.Duration
-	if fl != nil {
+	if src != nil {
 		slice = c2cSlice
 		if h.cfg.C2CSlice > 0 {
 			slice = h.cfg.C2CSlice
@@ -480,18 +501,18 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	// short, a turn ends when its last answer is read, so a stall is
 	// absorbed by the side whose turn it is (docs/performance.md, "Issue
 	// 25, eighth pass"). The bare NOTIFY floor keeps turns of its own.
-	interleaved := fl != nil && hf != nil && hfErr == nil && !h.cfg.C2CTurns
+	interleaved := hf != nil && hfErr == nil && !h.cfg.C2CTurns
 	if interleaved {
 		// The floors copy the service's notification payload: unmeasured
-		// service slices until the NOTIFY floor has one (the first, nearly
-		// always), then the HTTP floor's payload and warm-up.
-		for tries := 0; !fl.captured() && tries < 40 && ctx.Err() == nil; tries++ {
+		// service slices until it is copied (the first, nearly always),
+		// then the HTTP floor's payload and warm-up.
+		for tries := 0; !src.captured() && tries < 40 && ctx.Err() == nil; tries++ {
 			svc.slice(ctx, h.cfg.C2CRate, slice, true)
 			floorSkipped++
 		}
-		if !fl.captured() {
+		if !src.captured() {
 			interleaved = false
-		} else if hfErr = hf.setPayload(ctx, fl.capturedPayload()); hfErr == nil {
+		} else if hfErr = hf.setPayload(ctx, src.capturedPayload()); hfErr == nil {
 			hf.side.slice(ctx, h.cfg.C2CRate, h.cfg.Warmup, true)
 		} else {
 			interleaved = false
@@ -504,6 +525,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			measureTurn(func() { interleave(ctx, h.cfg.C2CRate, span, false, svc, hf.side) },
 				costPart{&svcCost, svcPids, &svc.n}, costPart{&httpCost, floorPids, &hf.side.n})
 			httpSlices++
+			if fl == nil {
+				continue
+			}
 			fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
 			floorSent += fn
 			floorErrs.Merge(ferrs)
@@ -513,10 +537,10 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 	}
 	for !interleaved && svc.elapsed < total-slice/2 && ctx.Err() == nil {
 		svcCost.measure(svcPids, &svc.n, func() { svc.slice(ctx, h.cfg.C2CRate, slice, false) })
-		if fl == nil {
+		if src == nil {
 			continue
 		}
-		if !fl.captured() {
+		if !src.captured() {
 			floorSkipped++
 			continue
 		}
@@ -525,7 +549,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				// Its first turn: the payload, then an unrecorded
 				// warm-up (its pool's connections open on first use;
 				// the service's are warm from the groups before).
-				if hfErr = hf.setPayload(ctx, fl.capturedPayload()); hfErr == nil {
+				if hfErr = hf.setPayload(ctx, src.capturedPayload()); hfErr == nil {
 					hf.side.slice(ctx, h.cfg.C2CRate, h.cfg.Warmup, true)
 				}
 			}
@@ -533,6 +557,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				httpCost.measure([]int{hf.commit.Pid(), hf.other.Pid()}, &hf.side.n, func() { hf.side.slice(ctx, h.cfg.C2CRate, slice, false) })
 				httpSlices++
 			}
+		}
+		if fl == nil {
+			continue
 		}
 		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
 		floorSent += fn
@@ -586,18 +613,59 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			}
 		}
 		res.Figures = append(res.Figures, report.Figure{Name: "machine CPU busy (all processes, both CPUs)", Value: 100 * machineBusy, Unit: "%"})
-		if fl != nil {
+		if src != nil {
 			res.Figures = append(res.Figures, svcCost.figures()...)
 		}
 		res.Figures = append(res.Figures, selfFigures...)
 		res.Figures = append(res.Figures, diskFigures...)
 		h.add(res)
 	}
-	if fl == nil {
+	if fl != nil {
+		h.addNotifyFloor(fl, svc.elapsed, floorSent, floorSlices, floorSkipped, floorErrs, slice)
+	}
+	if src == nil {
 		return nil
 	}
+	hname := func(path string) string {
+		return fmt.Sprintf("floor: HTTP negotiate → commit + %s → websocket, %s, %.0f/s", cmp.Or(t.floorVia, "NOTIFY"), path, h.cfg.C2CRate)
+	}
+	fid, frid := cmp.Or(t.floorID, c2cHTTPFloorID), cmp.Or(t.floorRID, c2cHTTPFloorReplicaID)
+	switch {
+	case hfErr != nil || hf == nil:
+		why := "failed to start"
+		if hfErr != nil {
+			why = "failed: " + hfErr.Error()
+		}
+		h.notRun(fid, "subscriptions", hname("same replica"), why)
+		h.notRun(frid, "subscriptions", hname("other replica"), why)
+	case httpSlices == 0:
+		h.notRun(fid, "subscriptions", hname("same replica"), "no service notification carrying a row was seen to copy")
+		h.notRun(frid, "subscriptions", hname("other replica"), "no service notification carrying a row was seen to copy")
+	default:
+		hsp := hf.side.spans()
+		hes := hf.side.errs.Summary(hf.side.elapsed)
+		for side, id := range []string{fid, frid} {
+			res := hf.side.result(id, hname([]string{"same replica", "other replica"}[side]), hsp, side, []int{(k + 1) / 2, k / 2}[side], nil)
+			if side == 0 {
+				res.Latency.Errors += hes.Errors + hf.side.bad.Load() + hf.side.subs.broken.Load()
+				res.Latency.ErrorMsg = hes.ErrorMsg
+				if v, _ := hf.side.badMsg.Load().(string); v != "" {
+					res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
+				}
+			}
+			res.Group = "subscriptions"
+			res.Figures = append(res.Figures, report.Figure{Name: "slices (its negotiations interleaved with the service's; whole turns with -c2c-turns)", Value: float64(httpSlices), Unit: ""})
+			res.Figures = append(res.Figures, httpCost.figures()...)
+			h.add(res)
+		}
+	}
+	return nil
+}
+
+// addNotifyFloor adds the bare NOTIFY floor's result.
+func (h *Harness) addNotifyFloor(fl *c2cFloor, elapsed time.Duration, floorSent, floorSlices, floorSkipped int, floorErrs *stats.Recorder, slice time.Duration) {
 	lats, fromSent, miss := fl.latencies()
-	ss := stats.Summarize(fromSent, 0, svc.elapsed, nil)
+	ss := stats.Summarize(fromSent, 0, elapsed, nil)
 	fes := floorErrs.Summary(time.Duration(floorSlices) * slice)
 	fsum := stats.Summarize(lats, miss+fes.Errors, time.Duration(floorSlices)*slice, fes.ErrorMsg)
 	note := ""
@@ -614,39 +682,6 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			{Name: "COMMIT sent→listener p50 (includes the WAL flush)", Value: ms(ss.P50), Unit: "ms"},
 			{Name: "COMMIT sent→listener p99 (includes the WAL flush)", Value: ms(ss.P99), Unit: "ms"},
 		}})
-	hname := func(path string) string {
-		return fmt.Sprintf("floor: HTTP negotiate → commit + NOTIFY → websocket, %s, %.0f/s", path, h.cfg.C2CRate)
-	}
-	switch {
-	case hfErr != nil || hf == nil:
-		why := "failed to start"
-		if hfErr != nil {
-			why = "failed: " + hfErr.Error()
-		}
-		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), why)
-		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), why)
-	case httpSlices == 0:
-		h.notRun(c2cHTTPFloorID, "subscriptions", hname("same replica"), "no service notification carrying a row was seen to copy")
-		h.notRun(c2cHTTPFloorReplicaID, "subscriptions", hname("other replica"), "no service notification carrying a row was seen to copy")
-	default:
-		hsp := hf.side.spans()
-		hes := hf.side.errs.Summary(hf.side.elapsed)
-		for side, id := range []string{c2cHTTPFloorID, c2cHTTPFloorReplicaID} {
-			res := hf.side.result(id, hname([]string{"same replica", "other replica"}[side]), hsp, side, []int{(k + 1) / 2, k / 2}[side], nil)
-			if side == 0 {
-				res.Latency.Errors += hes.Errors + hf.side.bad.Load() + hf.side.subs.broken.Load()
-				res.Latency.ErrorMsg = hes.ErrorMsg
-				if v, _ := hf.side.badMsg.Load().(string); v != "" {
-					res.Latency.ErrorMsg = append(res.Latency.ErrorMsg, v)
-				}
-			}
-			res.Group = "subscriptions"
-			res.Figures = append(res.Figures, report.Figure{Name: "slices (its negotiations interleaved with the service's; whole turns with -c2c-turns)", Value: float64(httpSlices), Unit: ""})
-			res.Figures = append(res.Figures, httpCost.figures()...)
-			h.add(res)
-		}
-	}
-	return nil
 }
 
 // turnCost adds up what one side's measured turns of the
