@@ -173,7 +173,12 @@ const inlineMax = 8
 // the p99). A larger fan-out (a business's dashboard), a row that does not
 // decode, and a change without its state still go to the worker, so the
 // publisher never waits for thousands of mailboxes or a load.
-func (h *Hub) Publish(c VoucherChange) {
+func (h *Hub) Publish(c VoucherChange) { h.publish(c, true) }
+
+// publish is Publish; with write false the subscribers queued in line are
+// told to write the change from their own transports' workers (Notify's
+// now false), not from this goroutine.
+func (h *Hub) publish(c VoucherChange, write bool) {
 	if c.ID == "" || !h.interested(c) {
 		return
 	}
@@ -186,7 +191,7 @@ func (h *Hub) Publish(c VoucherChange) {
 			// Outside the shard's lock: the subscriber's transport may
 			// now render and write the change from this goroutine.
 			for i, sub := range queued {
-				sub.notifyNow()
+				sub.notifyNow(write)
 				queued[i] = nil
 			}
 			return
@@ -208,6 +213,22 @@ func (h *Hub) Publish(c VoucherChange) {
 // version is heard, the others' changes come twice and a replica's own
 // once, on the shared channel, each a version dispatched already.)
 func (h *Hub) PublishNotification(payload string) error {
+	return h.publishNotification(payload, true)
+}
+
+// PublishNotificationBehind is PublishNotification for a notification
+// that others wait behind on the caller's goroutine (the listener or the
+// NATS subscription has more already read): the subscribers here are told
+// to write it from their transports' workers rather than from the
+// caller's goroutine, so the notifications behind it wait only for its
+// decoding, not for its writes, and a burst's frames go out in parallel.
+// (A notification alone is still written in line: that saves the
+// hand-off, which on a busy machine is a wait in the run queue.)
+func (h *Hub) PublishNotificationBehind(payload string) error {
+	return h.publishNotification(payload, false)
+}
+
+func (h *Hub) publishNotification(payload string, write bool) error {
 	c, row, err := parseKeys(payload)
 	if err != nil {
 		return err
@@ -224,7 +245,7 @@ func (h *Hub) PublishNotification(payload string) error {
 	// The keys' strings share the payload's memory; the hub keeps them
 	// only while the change waits for its shard (what it remembers, the
 	// version memo, is keyed by the decoded or loaded voucher's id).
-	h.Publish(c)
+	h.publish(c, write)
 	return nil
 }
 
@@ -515,7 +536,9 @@ type Subscription struct {
 // listener that heard it), holding no lock of the hub, for a change with
 // few subscribers: f may then do the subscriber's work itself (render and
 // write the change) instead of waking another goroutine for it. Otherwise
-// (the hub's worker, a fan-out, the end of the subscription) now is false.
+// (the hub's worker, a fan-out, the end of the subscription, a heard
+// notification with more waiting behind it: PublishNotificationBehind)
+// now is false.
 // Set it once, before events can arrive, or right after subscribing and
 // then check Pending.
 func (s *Subscription) Notify(f func(now bool)) {
@@ -584,13 +607,14 @@ func (s *Subscription) wake() {
 }
 
 // notifyNow calls the Notify function from the publishing goroutine, for
-// an event deliverQuiet queued (see Notify).
-func (s *Subscription) notifyNow() {
+// an event deliverQuiet queued (see Notify), with now as given: false
+// when the publisher has more to publish behind it.
+func (s *Subscription) notifyNow(now bool) {
 	s.mu.Lock()
 	notify := s.notify
 	s.mu.Unlock()
 	if notify != nil {
-		notify(true)
+		notify(now)
 	}
 }
 

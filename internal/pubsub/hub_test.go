@@ -7,12 +7,15 @@ import (
 	"io"
 	"log/slog"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/jsonx"
 )
 
 // fakeLoader is an in-memory voucher table that counts its loads.
@@ -808,5 +811,57 @@ func BenchmarkHeardNotification(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// A heard notification is handed to its subscriber by the goroutine that
+// read it, during the call: alone, to write there (now true); with more
+// waiting behind it (PublishNotificationBehind), to write from the
+// transport's own workers (now false), its event queued all the same.
+func TestHeardNotificationBehindIsWrittenByTheTransport(t *testing.T) {
+	h := newHub(t, newFakeLoader(), Options{Shards: 1})
+	type call struct {
+		now     bool
+		version int
+	}
+	var got []call // appended during the calls, on this goroutine
+	var ended atomic.Bool
+	s := h.Subscribe(ByVoucher, "vch_a")
+	s.Notify(func(now bool) {
+		if ended.Load() {
+			return // the hub's end, at the test's cleanup
+		}
+		ev, err := s.TryNext()
+		if err != nil || ev == nil {
+			t.Errorf("notified (now %v) with nothing queued: %v", now, err)
+			return
+		}
+		got = append(got, call{now, ev.Voucher.Version})
+	})
+	payload := func(version int) string {
+		v := &ent.Voucher{ID: "vch_a", Version: version, Status: voucher.StatusREDEEMED, SessionID: "ses_1"}
+		row, err := jsonx.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := EncodeNotification(ChangeOf(v), row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(p)
+	}
+	if err := h.PublishNotification(payload(2)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.PublishNotificationBehind(payload(3)); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.PublishNotification(payload(4)); err != nil {
+		t.Fatal(err)
+	}
+	ended.Store(true)
+	want := []call{{true, 2}, {false, 3}, {true, 4}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("calls %+v, want %+v", got, want)
 	}
 }

@@ -315,7 +315,14 @@ func (l *Listener) run(ctx context.Context) {
 				continue
 			}
 			l.changes.Add(1)
-			if err := l.hub.PublishNotification(n.Extra); err != nil {
+			publish := l.hub.PublishNotification
+			if len(l.pl.Notify) > 0 {
+				// More notifications are read already: this one's frames
+				// go to the transports' workers (a burst after a stalled
+				// flush is written in parallel, not one by one here).
+				publish = l.hub.PublishNotificationBehind
+			}
+			if err := publish(n.Extra); err != nil {
 				log.Error("pubsub: malformed voucher change notification", "bytes", len(n.Extra))
 			}
 		}

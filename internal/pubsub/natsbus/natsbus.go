@@ -319,7 +319,13 @@ func (b *Bus) subscribe() error {
 		if m.Subject == b.changes {
 			return // this replica's own: its hub had it in process
 		}
-		if err := b.hub.PublishNotification(string(m.Data)); err != nil {
+		publish := b.hub.PublishNotification
+		if n, _, _ := m.Sub.Pending(); n > 0 {
+			// More messages are read already: this one's frames go to
+			// the transports' workers (see Hub.PublishNotificationBehind).
+			publish = b.hub.PublishNotificationBehind
+		}
+		if err := publish(string(m.Data)); err != nil {
 			b.opts.Log.Error("pubsub: malformed voucher change notification", "bytes", len(m.Data))
 		}
 	})
