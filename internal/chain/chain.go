@@ -13,9 +13,9 @@
 package chain
 
 import (
-	"encoding/hex"
 	"errors"
 	"strings"
+	"sync"
 
 	"golang.org/x/crypto/sha3"
 )
@@ -108,21 +108,48 @@ func ChecksumAddress(addr string) string {
 	if !isEVMShape(addr) {
 		return ""
 	}
-	lower := strings.ToLower(addr[2:])
-	h := sha3.NewLegacyKeccak256()
-	h.Write([]byte(lower))
-	sum := h.Sum(nil)
-	hexSum := hex.EncodeToString(sum)
-	out := []byte("0x" + lower)
+	// One allocation, the result: the keccak state comes from a pool and
+	// the hash sits in an array (a token's address is checksummed on
+	// every payment a request carries).
+	var out [42]byte
+	out[0], out[1] = '0', 'x'
+	for i := 2; i < 42; i++ {
+		c := addr[i]
+		if c >= 'A' && c <= 'F' {
+			c += 'a' - 'A'
+		}
+		out[i] = c
+	}
+	h := keccakPool.Get().(keccak)
+	h.Reset()
+	h.Write(out[2:])
+	var sum [32]byte
+	h.Read(sum[:])
+	keccakPool.Put(h)
 	for i := 0; i < 40; i++ {
 		// EIP-55: upper-case a letter when the matching nibble of
 		// keccak256(lower-case hex) is >= 8.
-		if c := out[2+i]; c >= 'a' && c <= 'f' && hexSum[i] >= '8' {
+		nibble := sum[i/2] >> 4
+		if i%2 == 1 {
+			nibble = sum[i/2] & 0x0f
+		}
+		if c := out[2+i]; c >= 'a' && c <= 'f' && nibble >= 8 {
 			out[2+i] = c - 'a' + 'A'
 		}
 	}
-	return string(out)
+	return string(out[:])
 }
+
+// keccak is sha3's legacy Keccak-256 state, read from like a sponge so
+// the sum goes into the caller's array (Sum allocates).
+type keccak interface {
+	Reset()
+	Write([]byte) (int, error)
+	Read([]byte) (int, error)
+}
+
+// keccakPool holds Keccak-256 states.
+var keccakPool = sync.Pool{New: func() any { return sha3.NewLegacyKeccak256().(keccak) }}
 
 // solanaMaxLen is the longest base58 text of 32 bytes (2^256-1 needs 44
 // digits). Checking it first keeps the quadratic decoder away from long

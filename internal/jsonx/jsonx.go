@@ -37,6 +37,19 @@ func Marshal(v any) ([]byte, error) {
 	return segjson.Marshal(v)
 }
 
+// Append appends v's encoding/json.Marshal bytes to dst (without the
+// intermediate copy Marshal makes).
+func Append(dst []byte, v any) ([]byte, error) {
+	if !exact(reflect.TypeOf(v)) {
+		b, err := json.Marshal(v)
+		if err != nil {
+			return dst, err
+		}
+		return append(dst, b...), nil
+	}
+	return segjson.Append(dst, v, segjson.EscapeHTML|segjson.SortMapKeys)
+}
+
 // Unmarshal is encoding/json.Unmarshal.
 func Unmarshal(data []byte, v any) error {
 	if !exact(reflect.TypeOf(v)) {

@@ -88,6 +88,12 @@ func TestMarshalIsEncodingJSON(t *testing.T) {
 		if string(got) != string(want) {
 			t.Fatalf("%s:\njsonx         %q\nencoding/json %q", name, got, want)
 		}
+		// Append writes the same bytes after what the buffer holds.
+		prefix := []byte(`{"k":1}` + "\n")
+		app, aerr := jsonx.Append(append(make([]byte, 0, 16), prefix...), v)
+		if (werr != nil) != (aerr != nil) || (werr == nil && string(app) != string(prefix)+string(want)) {
+			t.Fatalf("%s: Append gave %q (%v), want %q then %q", name, app, aerr, prefix, want)
+		}
 	}
 	r := rand.New(rand.NewPCG(1, 2))
 	texts := append([]string(nil), awkward...)

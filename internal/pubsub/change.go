@@ -70,6 +70,29 @@ const MaxRowPayload = 7900
 // PostgreSQL or encoding/json writes contains a raw one), is decoded only
 // for changes someone follows.
 
+// EncodeChange is c's payload with its state (c.Voucher) as the row when
+// it fits: the bytes EncodeNotification(c, jsonx.Marshal(c.Voucher))
+// makes, written into one buffer (the keys, then the row encoded in
+// place) instead of three. Without a state, keys only.
+func EncodeChange(c VoucherChange) ([]byte, error) {
+	v := c.Voucher
+	c.Row, c.Voucher = nil, nil
+	buf, err := jsonx.Append(make([]byte, 0, 1536), c)
+	if err != nil {
+		return nil, err
+	}
+	if v == nil {
+		return buf, nil
+	}
+	keys := len(buf)
+	if buf, err = jsonx.Append(append(buf, '\n'), v); err != nil || len(buf) >= MaxRowPayload {
+		// Unencodable or too large: keys only, as EncodeNotification
+		// without a row (replicas load it).
+		return buf[:keys:keys], nil
+	}
+	return buf, nil
+}
+
 // EncodeNotification is c's payload, with row when it fits.
 func EncodeNotification(c VoucherChange, row []byte) ([]byte, error) {
 	c.Row, c.Voucher = nil, nil

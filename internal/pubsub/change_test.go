@@ -5,6 +5,11 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/voucherd/voucherd/ent"
+	"github.com/voucherd/voucherd/ent/voucher"
+	"github.com/voucherd/voucherd/internal/jsonx"
 )
 
 func TestNotificationPayload(t *testing.T) {
@@ -78,3 +83,41 @@ func TestScanKeysAgreesWithJSON(t *testing.T) {
 		t.Errorf("scanning keys allocates %v times", n)
 	}
 }
+
+// EncodeChange writes, in one buffer, the bytes EncodeNotification makes
+// of the change's keys and its state's row: with the row, without a
+// state, and with a row too large for NOTIFY (keys only).
+func TestEncodeChangeIsEncodeNotificationOfTheRow(t *testing.T) {
+	typ := voucher.TypeSIMPLE
+	at := time.Date(2026, 11, 27, 20, 0, 0, 123456789, time.UTC)
+	small := &ent.Voucher{ID: "vch_1", Version: 3, Status: voucher.StatusREDEEMED, Type: &typ, SessionID: "ses_1", PayerID: "dev_1",
+		PayeeID: "ses_2", CreatedAt: at, UpdatedAt: at, ExpiresAt: at.Add(time.Hour), Reference: ptr(`order <1> & "2" \u2028`)}
+	large := *small
+	large.PayeeInfo = json.RawMessage(`{"pad":"` + strings.Repeat("x", MaxRowPayload) + `"}`)
+	for name, v := range map[string]*ent.Voucher{"row": small, "no state": nil, "too large": &large} {
+		c := VoucherChange{ID: "vch_1", Version: 3, SessionID: "ses_1", PayerID: "dev_1", PayeeID: "ses_2", Voucher: v}
+		var row []byte
+		if v != nil {
+			var err error
+			if row, err = jsonx.Marshal(v); err != nil {
+				t.Fatal(err)
+			}
+		}
+		want, err := EncodeNotification(c, row)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := EncodeChange(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("%s:\nEncodeChange       %q\nEncodeNotification %q", name, got, want)
+		}
+		if hasRow := strings.Contains(string(got), "\n"); hasRow != (name == "row") {
+			t.Fatalf("%s: a row in the payload %v", name, hasRow)
+		}
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

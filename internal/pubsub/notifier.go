@@ -17,7 +17,6 @@ import (
 
 	"github.com/lib/pq"
 
-	"github.com/voucherd/voucherd/internal/jsonx"
 	"github.com/voucherd/voucherd/internal/storage"
 )
 
@@ -223,13 +222,9 @@ func (n *Notifier) Publish(c VoucherChange) {
 	if !n.active.Load() && n.skip(c) {
 		return
 	}
-	row := []byte(nil)
-	if c.Voucher != nil {
-		if b, err := jsonx.Marshal(c.Voucher); err == nil {
-			row = b // else keys only: replicas load it
-		}
-	}
-	payload, err := EncodeNotification(c, row)
+	// With the row when it fits and encodes, keys only otherwise
+	// (replicas load it).
+	payload, err := EncodeChange(c)
 	if err != nil {
 		n.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
 		return

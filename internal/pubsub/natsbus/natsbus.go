@@ -42,7 +42,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/voucherd/voucherd/internal/jsonx"
 	"github.com/voucherd/voucherd/internal/pubsub"
 )
 
@@ -389,13 +388,9 @@ func (b *Bus) Resyncs() int64 { return b.resyncs.Load() }
 // NATS is down the message waits in the reconnect buffer, and past it the
 // change is remembered as a gap the other replicas resync.
 func (b *Bus) Publish(c pubsub.VoucherChange) {
-	row := []byte(nil)
-	if c.Voucher != nil {
-		if r, err := jsonx.Marshal(c.Voucher); err == nil {
-			row = r // else keys only: replicas load it
-		}
-	}
-	payload, err := pubsub.EncodeNotification(c, row)
+	// With the row when it fits and encodes, keys only otherwise
+	// (replicas load it).
+	payload, err := pubsub.EncodeChange(c)
 	if err != nil {
 		b.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
 		return
