@@ -2,6 +2,8 @@ package main_test
 
 import (
 	"bytes"
+	"compress/gzip"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -85,6 +87,23 @@ func TestMetrics(t *testing.T) {
 			}
 			if !regexp.MustCompile(`(?m)^voucherd_build_info\{goversion="go[^"]+",revision="[^"]*",version="[^"]+"\} 1$`).MatchString(text) {
 				t.Error("voucherd_build_info missing or malformed")
+			}
+			// A scraper that accepts gzip gets the exposition gzipped (by
+			// the service's pooled gzip, not promhttp's own).
+			req, _ := http.NewRequest("GET", srv.URL+"/metrics", nil)
+			req.Header.Set("Accept-Encoding", "gzip")
+			resp, err := (&http.Client{Transport: &http.Transport{DisableCompression: true}}).Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil || resp.Header.Get("Content-Encoding") != "gzip" {
+				t.Fatalf("gzip scrape: Content-Encoding %q, %v", resp.Header.Get("Content-Encoding"), err)
+			}
+			unzipped, err := io.ReadAll(zr)
+			resp.Body.Close()
+			if err != nil || !strings.Contains(string(unzipped), "voucherd_build_info{") {
+				t.Fatalf("gzip scrape: %v, %d bytes without voucherd_build_info", err, len(unzipped))
 			}
 			if v := value(text, `voucherd_graphql_operations_total{operation="Query.voucher",outcome="ok"}`); v > 0 {
 				t.Errorf("an anonymous voucher read counted as ok")
