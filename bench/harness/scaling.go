@@ -188,6 +188,10 @@ func (s *pgScenarios) scalingC2C(ctx context.Context, natsURL string) {
 			if tr == transportNATS {
 				target.floorIDs = all[k:]
 				target.floorNATS, target.floorVia = natsURL, "NATS"
+				// As many changes as the phase had before its floor
+				// (-duration at the full rate, 3,000 a path), interleaved
+				// over twice that: the bench stays under 8 minutes.
+				target.duration = h.cfg.Duration
 				target.floorID, target.floorRID = c2cNATSFloorID, c2cNATSFloorReplicaID
 				update, err := s.captureNegotiate(ctx, target.floorIDs[0])
 				if err != nil {

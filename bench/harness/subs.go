@@ -250,6 +250,9 @@ type c2cTarget struct {
 	floorNATS         string
 	floorVia          string
 	floorID, floorRID string
+	// duration, when set, is how long each side runs at the full rate
+	// (C2CDuration otherwise, when a floor runs).
+	duration time.Duration
 }
 
 // captureNegotiate negotiates voucher id (REDEEMED) through the service
@@ -478,6 +481,9 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 		}
 		if h.cfg.C2CDuration > 0 {
 			total = h.cfg.C2CDuration
+		}
+		if t.duration > 0 {
+			total = t.duration
 		}
 	}
 	var (
