@@ -1,9 +1,7 @@
 package harness
 
 import (
-	"context"
 	"log/slog"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -158,28 +156,7 @@ go_sql_wait_count{db_name="voucherd"} 99
 // (voucherbench nats → ServeNATS): it answers /healthz, carries a message,
 // and stops when its context ends.
 func TestServeNATSCarriesAMessageAndStops(t *testing.T) {
-	client, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	monitor, err := FreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- ServeNATS(ctx, client, monitor) }()
-	if !waitFor(ctx, 10*time.Second, func() bool {
-		r, err := http.Get("http://" + monitor + "/healthz")
-		if err != nil {
-			return false
-		}
-		r.Body.Close()
-		return r.StatusCode == http.StatusOK
-	}) {
-		t.Fatal("no /healthz")
-	}
+	client, stop := startTestNATS(t)
 	nc, err := nats.Connect("nats://" + client)
 	if err != nil {
 		t.Fatal(err)
@@ -195,13 +172,7 @@ func TestServeNATSCarriesAMessageAndStops(t *testing.T) {
 	if m, err := sub.NextMsg(5 * time.Second); err != nil || string(m.Data) != "x" {
 		t.Fatalf("message %v %v", m, err)
 	}
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the server did not stop")
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }

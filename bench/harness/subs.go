@@ -524,6 +524,16 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			interleaved = false
 		}
 	}
+	// notifyTurn is the bare NOTIFY floor's turn, when it runs.
+	notifyTurn := func() {
+		if fl == nil {
+			return
+		}
+		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
+		floorSent += fn
+		floorErrs.Merge(ferrs)
+		floorSlices++
+	}
 	if interleaved {
 		span := 2 * slice
 		floorPids := []int{hf.commit.Pid(), hf.other.Pid()}
@@ -531,13 +541,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 			measureTurn(func() { interleave(ctx, h.cfg.C2CRate, span, false, svc, hf.side) },
 				costPart{&svcCost, svcPids, &svc.n}, costPart{&httpCost, floorPids, &hf.side.n})
 			httpSlices++
-			if fl == nil {
-				continue
-			}
-			fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
-			floorSent += fn
-			floorErrs.Merge(ferrs)
-			floorSlices++
+			notifyTurn()
 		}
 		svc.partners, hf.side.partners = []*c2cSide{hf.side}, []*c2cSide{svc}
 	}
@@ -564,13 +568,7 @@ func (h *Harness) commitToClient(ctx context.Context, t c2cTarget) error {
 				httpSlices++
 			}
 		}
-		if fl == nil {
-			continue
-		}
-		fn, ferrs := fl.run(ctx, h.cfg.C2CRate, slice, int64(floorSent))
-		floorSent += fn
-		floorErrs.Merge(ferrs)
-		floorSlices++
+		notifyTurn()
 	}
 	machineBusy := busy()
 	sent := svc.n + floorSent
