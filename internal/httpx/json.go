@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/voucherd/voucherd/internal/apperr"
 )
@@ -24,7 +25,10 @@ const MaxBodyBytes = 1 << 20
 // repeated key: CheckJSON) are validation_failed; an over-large body is
 // payload_too_large. An empty body decodes as {} when allowEmpty.
 func DecodeJSON(r *http.Request, dst any, allowEmpty bool) error {
-	body, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	buf := getBuffer()
+	defer putBuffer(buf)
+	_, err := buf.ReadFrom(http.MaxBytesReader(nil, r.Body, MaxBodyBytes))
+	body := buf.Bytes()
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -103,11 +107,36 @@ func jsonKind(goKind string) string {
 
 // WriteJSON writes v with status.
 func WriteJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status, body = http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`)
+	buf := getBuffer()
+	defer putBuffer(buf)
+	// json.Marshal's bytes (the Encoder escapes HTML as Marshal does)
+	// without its copy of them: the answer is encoded into a pooled
+	// buffer, written, and the buffer reused.
+	if err := json.NewEncoder(buf).Encode(v); err != nil {
+		WriteRawJSON(w, http.StatusInternalServerError, []byte(`{"code":"internal","message":"internal error"}`))
+		return
 	}
-	WriteRawJSON(w, status, body)
+	body := buf.Bytes()
+	WriteRawJSON(w, status, body[:len(body)-1]) // without Encode's newline
+}
+
+// buffers hold request bodies being decoded and answers being written:
+// neither outlives its call (decoding copies what it keeps; a
+// ResponseWriter's Write has taken the bytes when it returns), so a
+// request's JSON is not garbage each time. A buffer grown past
+// maxPooled (a large body or answer) is left to the collector.
+var buffers = sync.Pool{New: func() any { return bytes.NewBuffer(make([]byte, 0, 2048)) }}
+
+const maxPooled = 64 << 10
+
+func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() > maxPooled {
+		return
+	}
+	b.Reset()
+	buffers.Put(b)
 }
 
 // WriteRawJSON writes an already serialized JSON body.

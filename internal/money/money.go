@@ -262,6 +262,19 @@ func CeilToDecimals(r *big.Rat, decimals int32) decimal.Decimal {
 	return decimal.NewFromBigInt(q, -decimals)
 }
 
+// pow10 is 10ⁿ, from a table for the exponents token amounts use; the
+// table's values are shared and never written (callers only read them).
 func pow10(n int64) *big.Int {
+	if n >= 0 && n < int64(len(powers10)) {
+		return powers10[n]
+	}
 	return new(big.Int).Exp(big.NewInt(10), big.NewInt(n), nil)
 }
+
+var powers10 = func() []*big.Int {
+	t := make([]*big.Int, 40)
+	for i := range t {
+		t[i] = new(big.Int).Exp(big.NewInt(10), big.NewInt(int64(i)), nil)
+	}
+	return t
+}()

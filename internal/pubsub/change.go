@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"strings"
+	"sync"
 
 	"github.com/voucherd/voucherd/ent"
 	"github.com/voucherd/voucherd/internal/jsonx"
@@ -74,10 +75,14 @@ const MaxRowPayload = 7900
 // it fits: the bytes EncodeNotification(c, jsonx.Marshal(c.Voucher))
 // makes, written into one buffer (the keys, then the row encoded in
 // place) instead of three. Without a state, keys only.
+//
+// The buffer is from a pool: a publisher that has handed the payload on
+// (its bytes copied into a statement or a NATS buffer) gives it back with
+// ReleasePayload, and must not touch it after.
 func EncodeChange(c VoucherChange) ([]byte, error) {
 	v := c.Voucher
 	c.Row, c.Voucher = nil, nil
-	buf, err := jsonx.Append(make([]byte, 0, 1536), c)
+	buf, err := jsonx.Append((*payloads.Get().(*[]byte))[:0], c)
 	if err != nil {
 		return nil, err
 	}
@@ -91,6 +96,22 @@ func EncodeChange(c VoucherChange) ([]byte, error) {
 		return buf[:keys:keys], nil
 	}
 	return buf, nil
+}
+
+// payloads hold EncodeChange's buffers between a change's encoding and
+// its sending: a committing replica encodes one per transition, and none
+// outlives its notification.
+var payloads = sync.Pool{New: func() any { b := make([]byte, 0, 1536); return &b }}
+
+// ReleasePayload gives back a payload of EncodeChange's once its bytes
+// have been copied where they go. One grown past MaxRowPayload's size
+// class is left to the collector.
+func ReleasePayload(b []byte) {
+	if c := cap(b); c < 1536 || c > 2*MaxRowPayload {
+		return
+	}
+	b = b[:0]
+	payloads.Put(&b)
 }
 
 // EncodeNotification is c's payload, with row when it fits.

@@ -458,6 +458,11 @@ func (n *Notifier) run() {
 		err := n.send(ctx, changes, legacy, extra...)
 		cancel()
 		if err == nil {
+			// Sent: the statement's parameters were copied into its
+			// message, so the payloads go back to EncodeChange's pool.
+			for _, c := range changes {
+				ReleasePayload(c.payload)
+			}
 			if heartbeat {
 				due = false
 			}

@@ -161,62 +161,88 @@ func queryVoucher(ctx context.Context, db querier, dialect, q string, args ...an
 	return vs[0], nil
 }
 
-func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
-	var (
-		v                                   ent.Voucher
-		status                              string
-		liveCode, typ, businessID, exchange sql.NullString
-		discardReason, widgetID, reference  sql.NullString
-		version                             int64
-		expected, supplied, networks        []byte
-		payments, extras, payeeInfo, recpts []byte
-		settlement, deposit                 []byte
-		settlementNetwork, solanaPayRef     sql.NullString
-	)
-	dest := []any{
-		&v.ID, timeCol{&v.CreatedAt}, timeCol{&v.UpdatedAt}, &v.Code,
-		&liveCode, &status, &typ, &version,
-		&v.SessionID, &v.PayerID, &v.PayeeID, &businessID,
-		&expected, &supplied, &exchange,
-		&networks, &payments, &extras, &payeeInfo,
-		&recpts, &discardReason, timeCol{&v.ExpiresAt},
-		&settlement, &settlementNetwork,
-		&widgetID, &reference, &deposit, &solanaPayRef,
+// voucherRow holds what a voucher row is scanned into before it becomes
+// an *ent.Voucher: the columns that need converting (nullable text, the
+// state, the version) and the JSON columns, read as sql.RawBytes (the
+// driver's bytes, not a copy) because they are decoded into the voucher's
+// own values before the row is left. payeeInfo is kept as it is stored,
+// so it is copied. Rows are pooled with their destinations, so scanning
+// allocates the voucher and what it keeps, not the scaffolding.
+type voucherRow struct {
+	status                              string
+	liveCode, typ, businessID, exchange sql.NullString
+	discardReason, widgetID, reference  sql.NullString
+	settlementNetwork, solanaPayRef     sql.NullString
+	version                             int64
+	expected, supplied, networks        sql.RawBytes
+	payments, extras, recpts            sql.RawBytes
+	settlement, deposit                 sql.RawBytes
+	payeeInfo                           []byte
+	createdAt, updatedAt, expiresAt     time.Time
+	dest                                []any
+}
+
+var voucherRows = sync.Pool{New: func() any {
+	r := &voucherRow{}
+	r.dest = []any{
+		nil, timeCol{&r.createdAt}, timeCol{&r.updatedAt}, nil,
+		&r.liveCode, &r.status, &r.typ, &r.version,
+		nil, nil, nil, &r.businessID,
+		&r.expected, &r.supplied, &r.exchange,
+		&r.networks, &r.payments, &r.extras, &r.payeeInfo,
+		&r.recpts, &r.discardReason, timeCol{&r.expiresAt},
+		&r.settlement, &r.settlementNetwork,
+		&r.widgetID, &r.reference, &r.deposit, &r.solanaPayRef,
 	}
-	if err := rows.Scan(dest...); err != nil {
+	return r
+}}
+
+func scanVoucher(rows *sql.Rows) (*ent.Voucher, error) {
+	r := voucherRows.Get().(*voucherRow)
+	defer func() {
+		dest := r.dest
+		dest[0], dest[3], dest[8], dest[9], dest[10] = nil, nil, nil, nil, nil
+		*r = voucherRow{dest: dest}
+		voucherRows.Put(r)
+	}()
+	v := &ent.Voucher{}
+	// The columns scanned straight into the voucher (its strings).
+	r.dest[0], r.dest[3], r.dest[8], r.dest[9], r.dest[10] = &v.ID, &v.Code, &v.SessionID, &v.PayerID, &v.PayeeID
+	if err := rows.Scan(r.dest...); err != nil {
 		return nil, fmt.Errorf("voucher: scan: %w", err)
 	}
-	v.Status = entvoucher.Status(status)
-	v.Version = int(version)
-	v.LiveCode = nullString(liveCode)
-	v.BusinessID = nullString(businessID)
-	v.ExchangeRate = nullString(exchange)
-	v.DiscardReason = nullString(discardReason)
-	v.SettlementNetwork = nullString(settlementNetwork)
-	v.WidgetID = nullString(widgetID)
-	v.Reference = nullString(reference)
-	v.SolanaPayReference = nullString(solanaPayRef)
-	if typ.Valid {
-		t := entvoucher.Type(typ.String)
+	v.CreatedAt, v.UpdatedAt, v.ExpiresAt = r.createdAt, r.updatedAt, r.expiresAt
+	v.Status = entvoucher.Status(r.status)
+	v.Version = int(r.version)
+	v.LiveCode = nullString(r.liveCode)
+	v.BusinessID = nullString(r.businessID)
+	v.ExchangeRate = nullString(r.exchange)
+	v.DiscardReason = nullString(r.discardReason)
+	v.SettlementNetwork = nullString(r.settlementNetwork)
+	v.WidgetID = nullString(r.widgetID)
+	v.Reference = nullString(r.reference)
+	v.SolanaPayReference = nullString(r.solanaPayRef)
+	if r.typ.Valid {
+		t := entvoucher.Type(r.typ.String)
 		v.Type = &t
 	}
-	for _, j := range []struct {
+	for _, j := range [...]struct {
 		src []byte
 		dst any
 	}{
-		{expected, &v.ExpectedPayment}, {supplied, &v.SuppliedPayment}, {networks, &v.Networks},
-		{payments, &v.Payments}, {extras, &v.Extras}, {recpts, &v.Receipts}, {settlement, &v.Settlement},
-		{deposit, &v.Deposit},
+		{r.expected, &v.ExpectedPayment}, {r.supplied, &v.SuppliedPayment}, {r.networks, &v.Networks},
+		{r.payments, &v.Payments}, {r.extras, &v.Extras}, {r.recpts, &v.Receipts}, {r.settlement, &v.Settlement},
+		{r.deposit, &v.Deposit},
 	} {
 		if err := unmarshalCol(j.src, j.dst); err != nil {
 			return nil, err
 		}
 	}
-	if len(payeeInfo) > 0 && string(payeeInfo) != "null" {
-		v.PayeeInfo = json.RawMessage(payeeInfo)
+	if len(r.payeeInfo) > 0 && string(r.payeeInfo) != "null" {
+		v.PayeeInfo = json.RawMessage(r.payeeInfo)
 	}
-	compactOpaque(&v)
-	return &v, nil
+	compactOpaque(v)
+	return v, nil
 }
 
 func unmarshalCol(src []byte, dst any) error {

@@ -395,7 +395,11 @@ func (b *Bus) Publish(c pubsub.VoucherChange) {
 		b.opts.Log.Error("pubsub: unencodable voucher change", "voucher", c.ID)
 		return
 	}
-	if err := b.nc.Publish(b.changes, payload); err != nil {
+	// Publish copies the payload into the connection's buffer (or the
+	// reconnect buffer), so it goes back to EncodeChange's pool either way.
+	err = b.nc.Publish(b.changes, payload)
+	pubsub.ReleasePayload(payload)
+	if err != nil {
 		at := time.Now()
 		if c.Voucher != nil && !c.Voucher.UpdatedAt.IsZero() {
 			at = c.Voucher.UpdatedAt
