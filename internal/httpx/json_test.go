@@ -2,8 +2,8 @@ package httpx
 
 import (
 	"encoding/json"
-	"net/http"
 	"errors"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
