@@ -275,9 +275,9 @@ func (a *App) build(ctx context.Context) error {
 		}
 		httpx.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	// Compressed by httpx.Gzip around every route, whose writers are
-	// pooled: promhttp's own gzip made a new compressor (over half a
-	// megabyte) for every scrape.
+	// Compressed by httpx.Gzip around every route, whose compressors are
+	// kept across collections: promhttp's own gzip made a new one (over
+	// half a megabyte) for every scrape.
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{DisableCompression: true}))
 	mux.HandleFunc("/", httpx.NotFound)
 	// CORS sits outside authentication so that a refused token's 401 still
