@@ -1,6 +1,7 @@
 package httpx
 
 import (
+	"bytes"
 	"errors"
 	"net/http"
 	"strings"
@@ -95,15 +96,25 @@ func CheckJSON(b []byte) error {
 type jsonChecker struct {
 	b    []byte
 	i    int
-	path []string // the keys leading to the current value, for the message
-	buf  []byte   // reused while unescaping keys
+	path []span // the keys leading to the current value, for the message
+	// keys holds the unescaped keys of the objects open at c.i, one after
+	// another (an object's are dropped when it closes): keys are compared
+	// and named from here, without a string each.
+	keys []byte
 }
+
+// span is one key's bytes in jsonChecker.keys.
+type span struct{ from, to int }
 
 func (c *jsonChecker) fail(reason error) error {
 	if reason == errSyntax {
 		return apperr.New(apperr.ValidationFailed, "request body is not valid JSON")
 	}
-	field := strings.Join(c.path, ".")
+	names := make([]string, len(c.path))
+	for i, k := range c.path {
+		names[i] = string(c.keys[k.from:k.to])
+	}
+	field := strings.Join(names, ".")
 	if field == "" {
 		field = "body"
 	}
@@ -137,7 +148,7 @@ func (c *jsonChecker) value(depth int) error {
 		}
 		return c.array(depth + 1)
 	case ch == '"':
-		_, err := c.str(false)
+		err := c.str(false)
 		return err
 	case ch == 't':
 		return c.lit("true")
@@ -233,39 +244,45 @@ func (c *jsonChecker) object(depth int) error {
 		c.i++
 		return nil
 	}
-	// Most objects have a few keys: a linear scan of a small slice beats
+	// Most objects have a few keys: a linear scan of a small array beats
 	// a map until there are many.
-	var keys []string
+	open := len(c.keys)
+	var small [16]span
+	keys := small[:0]
 	var seen map[string]struct{}
 	for {
 		c.ws()
 		if c.i >= len(c.b) || c.b[c.i] != '"' {
 			return errSyntax
 		}
-		key, err := c.str(true)
-		if err != nil {
+		from := len(c.keys)
+		if err := c.str(true); err != nil {
 			return err
 		}
+		key := span{from, len(c.keys)}
+		name := c.keys[from:]
+		dup := false
 		if seen != nil {
-			if _, dup := seen[key]; dup {
-				c.path = append(c.path, key)
-				return errDuplicate
-			}
-			seen[key] = struct{}{}
+			_, dup = seen[string(name)]
+			seen[string(name)] = struct{}{}
 		} else {
 			for _, k := range keys {
-				if k == key {
-					c.path = append(c.path, key)
-					return errDuplicate
+				if bytes.Equal(c.keys[k.from:k.to], name) {
+					dup = true
+					break
 				}
 			}
 			keys = append(keys, key)
-			if len(keys) > 16 {
+			if len(keys) > len(small) {
 				seen = make(map[string]struct{}, 2*len(keys))
 				for _, k := range keys {
-					seen[k] = struct{}{}
+					seen[string(c.keys[k.from:k.to])] = struct{}{}
 				}
 			}
+		}
+		if dup {
+			c.path = append(c.path, key)
+			return errDuplicate
 		}
 		c.ws()
 		if c.i >= len(c.b) || c.b[c.i] != ':' {
@@ -287,6 +304,7 @@ func (c *jsonChecker) object(depth int) error {
 			c.i++
 		case '}':
 			c.i++
+			c.keys = c.keys[:open]
 			return nil
 		default:
 			return errSyntax
@@ -295,45 +313,40 @@ func (c *jsonChecker) object(depth int) error {
 }
 
 // str scans a string at c.i (its opening quote). With decode, it returns
-// the unescaped value (for keys); otherwise only checks.
-func (c *jsonChecker) str(decode bool) (string, error) {
+// appends the unescaped value (a key) to c.keys; otherwise only checks.
+func (c *jsonChecker) str(decode bool) error {
 	c.i++ // "
-	if decode {
-		c.buf = c.buf[:0]
-	}
 	start := c.i
 	for c.i < len(c.b) {
 		ch := c.b[c.i]
 		switch {
 		case ch == '"':
-			var s string
 			if decode {
-				c.buf = append(c.buf, c.b[start:c.i]...)
-				s = string(c.buf)
+				c.keys = append(c.keys, c.b[start:c.i]...)
 			}
 			c.i++
-			return s, nil
+			return nil
 		case ch == '\\':
 			if decode {
-				c.buf = append(c.buf, c.b[start:c.i]...)
+				c.keys = append(c.keys, c.b[start:c.i]...)
 			}
 			if err := c.escape(decode); err != nil {
-				return "", err
+				return err
 			}
 			start = c.i
 		case ch < 0x20:
-			return "", errSyntax // raw control characters, NUL among them
+			return errSyntax // raw control characters, NUL among them
 		case ch < utf8.RuneSelf:
 			c.i++
 		default:
 			r, n := utf8.DecodeRune(c.b[c.i:])
 			if r == utf8.RuneError && n <= 1 {
-				return "", errInvalidUTF8
+				return errInvalidUTF8
 			}
 			c.i += n
 		}
 	}
-	return "", errSyntax
+	return errSyntax
 }
 
 // escape scans one escape sequence at c.i (its backslash).
@@ -383,14 +396,14 @@ func (c *jsonChecker) escape(decode bool) error {
 			return errSurrogate
 		}
 		if decode {
-			c.buf = utf8.AppendRune(c.buf, r)
+			c.keys = utf8.AppendRune(c.keys, r)
 		}
 		return nil
 	default:
 		return errSyntax
 	}
 	if decode {
-		c.buf = append(c.buf, out)
+		c.keys = append(c.keys, out)
 	}
 	return nil
 }
