@@ -180,3 +180,43 @@ func TestCommitToSubscriberAgainstTheHTTPFloor(t *testing.T) {
 		}
 	}
 }
+
+// A phase short of its rate by no more than the disk's stalls during it
+// account for ran the load the machine could carry: the ratio to the floor
+// decides, and the note says why the rate fell short. Short by more, the
+// line is missed, whatever the ratio.
+func TestCommitToSubscriberRateShortByTheDiskStalls(t *testing.T) {
+	res := func(id string, p99 time.Duration, rate, samples, stalledMs float64) *report.Result {
+		return &report.Result{ID: id, Name: "x, 1000 transitions/s", Latency: &stats.Summary{Count: 1, P99: p99},
+			Figures: []report.Figure{{Name: "achieved transition rate", Value: rate},
+				{Name: flushesSampledFigure, Value: samples}, {Name: stalledTimeFigure, Value: stalledMs}}}
+	}
+	same := "commit->subscriber p99 <= 1.2 x HTTP floor at 1000/s (PG, same replica)"
+	verdict := func(rate, stalledMs float64) report.Check {
+		run := &report.Run{Results: []*report.Result{
+			// 245 samples and 1,620 ms stalled: 11.7 % of the phase.
+			res("subs-c2c", 2*time.Millisecond, rate, 245, stalledMs), res("subs-c2c-replica", 5*time.Millisecond, 1000, 0, 0),
+			res(c2cHTTPFloorID, 1800*time.Microsecond, rate, 245, stalledMs), res(c2cHTTPFloorReplicaID, 4*time.Millisecond, 1000, 0, 0),
+			{ID: c2cFloorID, Latency: &stats.Summary{Count: 1, P99: 400 * time.Microsecond}},
+		}}
+		for _, c := range checks(run) {
+			if c.Target == same {
+				return c
+			}
+		}
+		t.Fatalf("no %q", same)
+		return report.Check{}
+	}
+	if c := verdict(927, 1620); !c.Met || c.Note != "927 of 1000 transitions/s achieved, the disk stalled for 12% of the phase" {
+		t.Errorf("short by the stalls: %+v", c)
+	}
+	if c := verdict(927, 100); c.Met || c.Note != "only 927 of 1000 transitions/s achieved" {
+		t.Errorf("short by more than the stalls: %+v", c)
+	}
+	if c := verdict(700, 1620); c.Met || c.Note != "only 700 of 1000 transitions/s achieved" {
+		t.Errorf("far short: %+v", c)
+	}
+	if c := verdict(990, 0); !c.Met || c.Note != "" {
+		t.Errorf("at the rate: %+v", c)
+	}
+}

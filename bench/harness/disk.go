@@ -89,6 +89,32 @@ var stallFigure = fmt.Sprintf("of them over %d ms", stallThreshold/time.Millisec
 
 const slowestFlushFigure = "slowest flush during the phase"
 
+// The figures stalledShare reads.
+const (
+	flushesSampledFigure = "disk flushes sampled during the phase (1 per 50 ms)"
+	stalledTimeFigure    = "time spent in those slow flushes"
+)
+
+// stalledShare is the share of r's phase the disk spent in flushes over
+// stallThreshold, from flushWatch's figures: the slow flushes' time over
+// the phase's (a sample every 50 ms, plus the slow flushes, which delay
+// the next sample). Zero without them.
+func stalledShare(r *report.Result) float64 {
+	var n, stalled float64 // samples, ms
+	for _, f := range r.Figures {
+		switch f.Name {
+		case flushesSampledFigure:
+			n = f.Value
+		case stalledTimeFigure:
+			stalled = f.Value
+		}
+	}
+	if stalled <= 0 {
+		return 0
+	}
+	return stalled / (n*50 + stalled)
+}
+
 // flushWatch samples the disk while a phase runs: one flush every 50 ms
 // (20 a second beside the phase's own commits, which it does not slow),
 // so a phase's result can be read against what the disk did meanwhile.
@@ -111,9 +137,9 @@ func flushWatch(dir string) (stop func() []report.Figure) {
 			case <-done:
 				fl.close()
 				out <- []report.Figure{
-					{Name: "disk flushes sampled during the phase (1 per 50 ms)", Value: float64(n), Unit: ""},
+					{Name: flushesSampledFigure, Value: float64(n), Unit: ""},
 					{Name: stallFigure, Value: float64(stalls), Unit: ""},
-					{Name: "time spent in those slow flushes", Value: ms(stalled), Unit: "ms"},
+					{Name: stalledTimeFigure, Value: ms(stalled), Unit: "ms"},
 					{Name: slowestFlushFigure, Value: ms(worst), Unit: "ms"},
 				}
 				return
